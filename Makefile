@@ -1,0 +1,41 @@
+# pyar: `make run` (the quick benchmark on 4 ranks) and `make test` (everything) set
+# themselves up on a fresh machine with only python3 >= 3.10 present.
+
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+MPIEXEC  ?= $(VENV)/bin/mpiexec
+NP       ?= 4
+# Bound every MPI job: a wrong schedule must fail, never hang.
+TIMEOUT  ?= timeout -k 10 300
+
+.PHONY: run test test-mpi bench examples clean
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m pyar bench
+
+test: $(VENV)/.installed
+	$(PY) -m pytest tests
+
+# The MPI tests alone, at one rank count: make test-mpi NP=3
+test-mpi: $(VENV)/.installed
+	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m pytest tests/mpi -q --capture=sys
+
+bench: run
+
+# Each example runs as its first line says (# mpiexec -n N python examples/...).
+examples: $(VENV)/.installed
+	@set -e; for f in examples/*.py; do \
+	  n=$$(sed -n 's/^# *mpiexec -n \([0-9][0-9]*\) .*/\1/p' $$f | head -n 1); \
+	  echo "== $$f on $$n ranks"; \
+	  $(TIMEOUT) $(MPIEXEC) -n $$n $(PY) $$f; \
+	done
+
+clean:
+	rm -rf $(VENV) *.egg-info build dist .hypothesis

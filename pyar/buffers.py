@@ -1,0 +1,53 @@
+"""User arrays in, a contiguous work buffer for the schedule, the result out.
+
+The collectives' ``x``/``out`` contract: ``out=None`` returns a new array,
+``out is x`` works in place, any other ``out`` must match x's shape and dtype
+and is written; the input is never modified otherwise. Non-contiguous arrays
+are copied, never mis-read.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import ops
+
+
+class Work(NamedTuple):
+    data: np.ndarray               # 1-D, C-contiguous: what the schedule runs on
+    result: np.ndarray             # what the collective returns
+    writeback: np.ndarray | None   # where ``data`` must be copied at the end, if anywhere
+
+    def finish(self) -> np.ndarray:
+        if self.writeback is not None:
+            self.writeback[...] = self.data.reshape(self.writeback.shape)
+        return self.result
+
+
+def check_array(x, name: str = "x") -> np.ndarray:
+    """``x`` if it is a numpy array of a supported dtype; TypeError otherwise."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    ops.check_dtype(x.dtype)
+    return x
+
+
+def prepare(x: np.ndarray, out) -> Work:
+    """The work buffer for reducing ``x`` into ``out`` (see the module docstring)."""
+    check_array(x)
+    if out is None:
+        result = np.array(x, order="C")
+        return Work(result.reshape(-1), result, None)
+    check_array(out, "out")
+    if out is not x and (out.shape != x.shape or out.dtype != x.dtype):
+        raise ValueError(f"out must have x's shape {x.shape} and dtype {x.dtype}, "
+                         f"got {out.shape} and {out.dtype}")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    if out.flags.c_contiguous:
+        if out is not x:
+            np.copyto(out, x)
+        return Work(out.reshape(-1), out, None)
+    return Work(np.array(x, order="C").reshape(-1), out, out)

@@ -1,0 +1,89 @@
+"""Comm: pyar's handle on an MPI communicator.
+
+Each user communicator gets one private duplicate, cached on it as an MPI
+attribute (the way MPI libraries keep their own communicators), so pyar's
+messages can never match the user's and the duplicate is freed with the
+user's communicator. The Comm also caches compiled schedules and numbers the
+collectives called on it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from mpi4py import MPI
+
+_PLAN_CACHE = 256        # compiled (collective, algorithm, count, dtype) plans kept per Comm
+
+
+def _free_duplicate(comm, keyval, attr):
+    attr.free()
+
+
+_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_duplicate)
+
+
+class Comm:
+    """A communicator for pyar's collectives.
+
+    ``Comm(comm)`` wraps an mpi4py communicator (``None`` = COMM_WORLD).
+    Creating one duplicates ``comm``: a collective call on every rank.
+    Functions taking ``comm=`` accept either and reuse one Comm per
+    communicator.
+    """
+
+    def __init__(self, comm: MPI.Comm | None = None):
+        base = MPI.COMM_WORLD if comm is None else comm
+        if not isinstance(base, MPI.Comm) or base == MPI.COMM_NULL:
+            raise TypeError(f"comm must be an mpi4py communicator, a pyar.Comm or None, "
+                            f"got {comm!r}")
+        if base.Is_inter():
+            raise TypeError("pyar collectives need an intracommunicator")
+        self.mpi = base.Dup()
+        self.mpi.Set_name(f"pyar dup of {base.Get_name() or 'a communicator'}")
+        self.rank = self.mpi.Get_rank()
+        self.size = self.mpi.Get_size()
+        self.topology = None
+        self.plans: OrderedDict = OrderedDict()
+        self._seq = 0
+
+    def __repr__(self):
+        return f"<pyar.Comm rank {self.rank} of {self.size}>"
+
+    @classmethod
+    def of(cls, comm=None) -> Comm:
+        """The Comm for ``comm``: itself if a Comm, else the one cached on the communicator."""
+        if isinstance(comm, Comm):
+            return comm
+        base = MPI.COMM_WORLD if comm is None else comm
+        if not isinstance(base, MPI.Comm):
+            raise TypeError(f"comm must be an mpi4py communicator, a pyar.Comm or None, "
+                            f"got {comm!r}")
+        found = base.Get_attr(_KEYVAL)
+        if found is None:
+            found = cls(base)
+            base.Set_attr(_KEYVAL, found)
+        return found
+
+    def next_tag(self) -> int:
+        """The tag of the next collective on this Comm: its sequence number, wrapped."""
+        self._seq += 1
+        return self._seq % 32768
+
+    def free(self) -> None:
+        """Release the duplicate communicator (also done when the user's is freed)."""
+        if self.mpi != MPI.COMM_NULL:
+            self.mpi.Free()
+        self.plans.clear()
+
+    def cached(self, key, make):
+        """The cached plan for ``key``, made with ``make()`` on a miss (LRU)."""
+        plans = self.plans
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = make()
+            if len(plans) > _PLAN_CACHE:
+                plans.popitem(last=False)
+        else:
+            plans.move_to_end(key)
+        return plan

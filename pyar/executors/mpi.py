@@ -1,0 +1,171 @@
+"""The MPI executor: runs one rank's schedule with mpi4py's buffer-based point-to-point calls.
+
+The only place in pyar that posts MPI messages. A rank's schedule is compiled
+once into a :class:`Plan` (cached on the :class:`pyar.Comm`) and then run on
+each call with no schedule building: a step of one send and one receive
+becomes one ``MPI_Sendrecv``, a lone send or receive a blocking call, any
+other step ``Isend``/``Irecv`` and one wait. Receives that fold, or that land
+on a chunk the same step sends, go through a landing buffer and take effect
+when the step ends; all others land in place. Scratch and landing buffers are
+allocated once per plan and dtype and reused.
+
+Messages travel as MPI_BYTE: a schedule moves bytes, and the reduction is
+pyar's own (:mod:`pyar.kernels`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from mpi4py import MPI
+
+from ..kernels import reduce_into
+from ..schedule import Schedule
+
+DATA, SCRATCH, LANDING = 0, 1, 2
+_BUFFER = {"data": DATA, "scratch": SCRATCH}
+_BYTE = MPI.BYTE
+
+
+class _Span(NamedTuple):
+    peer: int
+    buf: int
+    lo: int
+    hi: int
+
+
+class _Recv(NamedTuple):
+    wire: _Span            # where MPI writes
+    dst: _Span | None      # where a landed message goes at the end of the step, else None
+    fold: bool
+
+
+def _finish(recv: _Recv, bufs, reduction):
+    d, w = recv.dst, recv.wire
+    incoming = bufs[LANDING][w.lo:w.hi]
+    if recv.fold:
+        reduce_into(bufs[d.buf][d.lo:d.hi], incoming, reduction)
+    else:
+        bufs[d.buf][d.lo:d.hi] = incoming
+
+
+class _Exchange:
+    """One send and one receive: MPI_Sendrecv."""
+
+    __slots__ = ("send", "recv")
+
+    def __init__(self, send, recv):
+        self.send, self.recv = send, recv
+
+    def run(self, bufs, comm, tag, reduction):
+        s, r = self.send, self.recv
+        w = r.wire
+        comm.Sendrecv([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag,
+                      [bufs[w.buf][w.lo:w.hi], _BYTE], w.peer, tag)
+        if r.dst is not None:
+            _finish(r, bufs, reduction)
+
+
+class _SendOnly:
+    __slots__ = ("send",)
+
+    def __init__(self, send):
+        self.send = send
+
+    def run(self, bufs, comm, tag, reduction):
+        s = self.send
+        comm.Send([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag)
+
+
+class _RecvOnly:
+    __slots__ = ("recv",)
+
+    def __init__(self, recv):
+        self.recv = recv
+
+    def run(self, bufs, comm, tag, reduction):
+        r = self.recv
+        w = r.wire
+        comm.Recv([bufs[w.buf][w.lo:w.hi], _BYTE], w.peer, tag)
+        if r.dst is not None:
+            _finish(r, bufs, reduction)
+
+
+class _General:
+    """Any other step: post every receive, then every send, wait for all, then finish."""
+
+    __slots__ = ("sends", "recvs")
+
+    def __init__(self, sends, recvs):
+        self.sends, self.recvs = sends, recvs
+
+    def run(self, bufs, comm, tag, reduction):
+        requests = [comm.Irecv([bufs[w.buf][w.lo:w.hi], _BYTE], w.peer, tag)
+                    for w, _, _ in self.recvs]
+        requests += [comm.Isend([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag)
+                     for s in self.sends]
+        wait(requests)
+        for r in self.recvs:
+            if r.dst is not None:
+                _finish(r, bufs, reduction)
+
+
+def wait(requests) -> None:
+    """Complete ``requests``: every nonblocking wait of the executor goes through here."""
+    MPI.Request.Waitall(requests)
+
+
+class Plan:
+    """One rank's schedule compiled for this executor, with its reusable buffers."""
+
+    def __init__(self, schedule: Schedule, rank: int):
+        self.schedule = schedule
+        self.scratch_count = schedule.scratch_count(rank)
+        self.landing_count = 0
+        self.steps = [self._compile(step) for step in schedule.steps(rank)]
+        self._buffers = {}
+
+    def _compile(self, step):
+        sends = [_Span(op.peer, _BUFFER[op.chunk.buffer], op.chunk.lo, op.chunk.hi)
+                 for op in step.sends]
+        recvs, landed = [], 0
+        for op in step.recvs:
+            c = op.chunk
+            span = _Span(op.peer, _BUFFER[c.buffer], c.lo, c.hi)
+            if op.reduce or any(c.overlaps(s.chunk) for s in step.sends):
+                recvs.append(_Recv(_Span(op.peer, LANDING, landed, landed + c.count), span,
+                                   op.reduce))
+                landed += c.count
+            else:
+                recvs.append(_Recv(span, None, False))
+        self.landing_count = max(self.landing_count, landed)
+        if len(sends) == 1 and len(recvs) == 1:
+            return _Exchange(sends[0], recvs[0])
+        if len(sends) == 1 and not recvs:
+            return _SendOnly(sends[0])
+        if len(recvs) == 1 and not sends:
+            return _RecvOnly(recvs[0])
+        return _General(sends, recvs)
+
+    def buffers(self, dtype: np.dtype):
+        """The (scratch, landing) arrays of ``dtype`` for this plan, allocated once."""
+        found = self._buffers.get(dtype)
+        if found is None:
+            found = self._buffers[dtype] = (np.empty(self.scratch_count, dtype),
+                                            np.empty(self.landing_count, dtype))
+        return found
+
+    def run(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str) -> None:
+        """Run the steps on ``data`` (1-D, contiguous, ``schedule.count`` elements)."""
+        bufs = (data, *self.buffers(data.dtype))
+        for step in self.steps:
+            step.run(bufs, comm, tag, reduction)
+
+
+_MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def library_allreduce(comm: MPI.Comm, data: np.ndarray, reduction: str) -> None:
+    """The MPI library's own Allreduce, in place on ``data``: the baseline."""
+    comm.Allreduce(MPI.IN_PLACE, [data, MPI.Datatype.fromcode(data.dtype.char)], _MPI_OPS[reduction])

@@ -1,0 +1,197 @@
+"""Schedules are data: the per-rank lists of steps an algorithm performs.
+
+A schedule never touches MPI. An algorithm is a pure builder
+``builder(rank, size, count, topology=None) -> list[Step]``; the executors in
+:mod:`pyar.executors` run what it returns, the simulator included.
+
+Step semantics: the transfers of a step are posted together and completed
+together. Sends read the buffers as they were when the step began; every
+receive takes effect when the step ends, ``reduce=True`` folding the incoming
+data into its chunk (``dst = dst op incoming``, in the order the receives are
+listed), ``reduce=False`` copying it. Messages between a pair of ranks match
+in order, as MPI's do on one communicator and tag.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple
+
+from .errors import ScheduleError
+
+BUFFERS = ("data", "scratch")
+
+
+class Chunk(NamedTuple):
+    """The element range ``[lo, hi)`` of buffer ``"data"`` (the user's) or ``"scratch"``."""
+
+    buffer: str
+    lo: int
+    hi: int
+
+    @property
+    def count(self) -> int:
+        return self.hi - self.lo
+
+    def overlaps(self, other: Chunk) -> bool:
+        return (self.buffer == other.buffer and self.lo < other.hi
+                and other.lo < self.hi and self.count > 0 and other.count > 0)
+
+
+class Send(NamedTuple):
+    """Send ``chunk`` to rank ``peer``."""
+
+    peer: int
+    chunk: Chunk
+
+
+class Recv(NamedTuple):
+    """Receive from rank ``peer`` into ``chunk``; fold it in with the op if ``reduce``."""
+
+    peer: int
+    chunk: Chunk
+    reduce: bool = False
+
+
+class Step:
+    """Transfers posted together and completed together (see the module docstring)."""
+
+    __slots__ = ("ops", "sends", "recvs")
+
+    def __init__(self, ops):
+        self.ops = tuple(ops)
+        sends, recvs = [], []
+        for op in self.ops:
+            kind = type(op)
+            if kind is Send:
+                sends.append(op)
+            elif kind is Recv:
+                recvs.append(op)
+            else:
+                raise TypeError(f"a Step holds Send and Recv, not {op!r}")
+        self.sends, self.recvs = tuple(sends), tuple(recvs)
+
+    def __repr__(self):
+        return f"Step({list(self.ops)!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, Step) and self.ops == other.ops
+
+    def __hash__(self):
+        return hash(self.ops)
+
+
+def split(count: int, parts: int) -> list[tuple[int, int]]:
+    """Block ranges of ``count`` elements in ``parts`` blocks, as numpy.array_split cuts them.
+
+    The first ``count % parts`` blocks get one element more.
+    """
+    q, r = divmod(count, parts)
+    bounds = [i * q + min(i, r) for i in range(parts + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def compact(op_lists) -> list[Step]:
+    """Steps from lists of transfers, leaving out transfers of zero elements and empty steps.
+
+    Both ends of a message see the same chunk size, so both drop it alike.
+    """
+    steps = []
+    for ops in op_lists:
+        ops = [op for op in ops if op.chunk.hi > op.chunk.lo]
+        if ops:
+            steps.append(Step(ops))
+    return steps
+
+
+Builder = Callable[..., "list[Step]"]
+
+
+class Schedule:
+    """The steps of every rank of one collective instance.
+
+    Built lazily, one rank at a time, and memoised: the MPI executor asks for
+    one rank only, the simulator for all of them.
+    """
+
+    def __init__(self, algorithm: str, collective: str, size: int, count: int,
+                 builder: Builder, topology=None):
+        self.algorithm = algorithm
+        self.collective = collective
+        self.size = size
+        self.count = count
+        self.topology = topology
+        self._builder = builder
+        self._steps: dict[int, list[Step]] = {}
+
+    def __repr__(self):
+        return (f"Schedule({self.algorithm!r}, collective={self.collective!r}, "
+                f"size={self.size}, count={self.count})")
+
+    def steps(self, rank: int) -> list[Step]:
+        """The steps of ``rank``, checked for local consistency (see :func:`check_steps`)."""
+        if not 0 <= rank < self.size:
+            raise ValueError(f"rank must be in [0, {self.size}), got {rank}")
+        steps = self._steps.get(rank)
+        if steps is None:
+            steps = list(self._builder(rank, self.size, self.count, self.topology))
+            check_steps(steps, rank, self.size, self.count)
+            self._steps[rank] = steps
+        return steps
+
+    def scratch_count(self, rank: int) -> int:
+        """Elements of scratch the rank's steps use."""
+        return max((op.chunk.hi for step in self.steps(rank) for op in step.ops
+                    if op.chunk.buffer == "scratch"), default=0)
+
+
+def check_steps(steps: list[Step], rank: int, size: int, count: int) -> None:
+    """Raise ScheduleError unless every transfer of ``rank`` is well formed on its own.
+
+    Peers must be other ranks of the communicator, chunks must lie in their
+    buffer (``data`` has ``count`` elements), and within a step a copying
+    receive may not overlap any other receive (which would land last is
+    undefined).
+    """
+    for i, step in enumerate(steps):
+        if type(step) is not Step:
+            raise ScheduleError(f"rank {rank} step {i}: expected a Step, got {step!r}")
+        for op in step.ops:
+            peer, (buffer, lo, hi) = op[0], op[1]
+            if type(peer) is not int or not 0 <= peer < size or peer == rank:
+                raise ScheduleError(f"rank {rank} step {i}: {type(op).__name__} peer {peer!r} "
+                                    f"is not another rank in [0, {size})")
+            if buffer == "data":
+                inside = 0 <= lo <= hi <= count
+            elif buffer == "scratch":
+                inside = 0 <= lo <= hi
+            else:
+                raise ScheduleError(f"rank {rank} step {i}: {type(op).__name__} chunk buffer "
+                                    f"{buffer!r} is not one of {BUFFERS}")
+            if not inside:
+                raise ScheduleError(f"rank {rank} step {i}: {type(op).__name__} with peer {peer} "
+                                    f"has chunk {tuple(op[1])} outside buffer {buffer!r} "
+                                    f"(data holds {count} elements)")
+        recvs = step.recvs
+        if len(recvs) > 1:
+            for a, ra in enumerate(recvs):
+                for rb in recvs[a + 1:]:
+                    if ra.chunk.overlaps(rb.chunk) and not (ra.reduce and rb.reduce):
+                        raise ScheduleError(
+                            f"rank {rank} step {i}: receives from peers {ra.peer} and "
+                            f"{rb.peer} overlap in {ra.chunk.buffer} and one of them copies")
+
+
+@functools.lru_cache(maxsize=512)
+def _cached(collective, algorithm, size, count, topology, builder):
+    return Schedule(algorithm, collective, size, count, builder, topology)
+
+
+def build(collective: str, algorithm: str, size: int, count: int, builder: Builder,
+          topology=None) -> Schedule:
+    """The (memoised) schedule of ``algorithm`` for ``size`` ranks and ``count`` elements."""
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be an int >= 1, got {size!r}")
+    if not isinstance(count, int) or count < 0:
+        raise ValueError(f"count must be an int >= 0, got {count!r}")
+    return _cached(collective, algorithm, size, count, topology, builder)

@@ -1,0 +1,93 @@
+"""What a correct result is: references and tolerances, reusable by tests and by users.
+
+Integer, max and min results must be exact (integers wrap as in C); float
+sums, averages and products may differ from the exact value by the rounding
+of ``size - 1`` operations: at most ``size * eps`` times the sum of the
+magnitudes of the contributions (sum, avg) or of the result (prod).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ops import Op, resolve
+
+
+def reference(inputs, op) -> np.ndarray:
+    """The reduction of per-rank ``inputs`` with numpy: exact dtype for integers, float64 for floats."""
+    op = resolve(op)
+    stack = np.stack([np.asarray(x) for x in inputs])
+    if stack.dtype.kind == "f":
+        stack = stack.astype(np.float64)
+    ufunc = {Op.SUM: np.add, Op.AVG: np.add, Op.PROD: np.multiply,
+             Op.MAX: np.maximum, Op.MIN: np.minimum}[op]
+    result = ufunc.reduce(stack, axis=0)
+    if op is Op.AVG:
+        result = result / len(inputs)
+    return result
+
+
+def magnitude(inputs, op) -> np.ndarray:
+    """Per element, the scale the rounding error is proportional to (float64)."""
+    op = resolve(op)
+    stack = np.abs(np.stack([np.asarray(x, dtype=np.float64) for x in inputs]))
+    if op is Op.PROD:
+        return np.multiply.reduce(stack, axis=0)
+    total = stack.sum(axis=0)
+    return total / len(inputs) if op is Op.AVG else total
+
+
+def mismatches(result, expected, op, size: int, scale=None) -> np.ndarray:
+    """Flat indices where ``result`` is not ``expected`` within the tolerance of ``op``.
+
+    ``scale`` (from :func:`magnitude`) is needed for float sum, avg and prod.
+    NaN matches NaN.
+    """
+    op = resolve(op)
+    result = np.asarray(result).reshape(-1)
+    expected = np.asarray(expected).reshape(-1)
+    if result.dtype.kind != "f" or op in (Op.MAX, Op.MIN):
+        same = (result == expected.astype(result.dtype)) | (
+            np.isnan(result) & np.isnan(expected) if result.dtype.kind == "f" else False)
+        return np.flatnonzero(~same)
+    eps = np.finfo(result.dtype).eps
+    r, e = result.astype(np.float64), expected.astype(np.float64)
+    bound = 2 * size * eps * np.asarray(scale, dtype=np.float64).reshape(-1)
+    ok = (np.abs(r - e) <= bound) | (r == e) | (np.isnan(r) & np.isnan(e))
+    return np.flatnonzero(~ok)
+
+
+def describe(result, expected, bad, limit: int = 3) -> str:
+    """A short message naming the first mismatching elements."""
+    result = np.asarray(result).reshape(-1)
+    expected = np.asarray(expected).reshape(-1)
+    shown = ", ".join(f"[{i}] got {result[i]!r} expected {expected[i]!r}" for i in bad[:limit])
+    return f"{len(bad)} of {result.size} elements wrong: {shown}"
+
+
+def sample(rank: int, count: int, dtype, op, seed: int = 0) -> np.ndarray:
+    """Rank ``rank``'s test contribution: values that depend on rank, index and seed.
+
+    A missing or doubled contribution changes the result: sums get
+    ``(rank + 1) * 1000 + ...`` (never 0 for rank 0), products get factors
+    away from 1 (odd integers >= 3, floats in [1 + 1/64, 1.2]), max/min get
+    values spread over ranks and indices.
+    """
+    op = resolve(op)
+    dtype = np.dtype(dtype)
+    i = np.arange(count, dtype=np.int64)
+    mix = (i * 37 + rank * 7919 + seed * 104729) % 1009
+    if op is Op.PROD:
+        steps = 1 + (mix % 12)
+        if dtype.kind == "f":
+            return (1 + steps / 64).astype(dtype)
+        return (2 * steps + 1).astype(dtype)
+    if op in (Op.MAX, Op.MIN):
+        values = mix - 504
+    else:
+        values = (rank + 1) * 1000 + mix
+    if dtype.kind == "f":
+        return (values + (mix % 7) / 8).astype(dtype)
+    if dtype.kind == "u" and op in (Op.MAX, Op.MIN):
+        values = values + 504
+    return values.astype(dtype)

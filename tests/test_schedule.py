@@ -1,0 +1,87 @@
+"""The schedule model: data types, local checks, splitting, the registry."""
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import pyar
+from pyar.schedule import Chunk, Recv, Send, Step, check_steps, compact, split
+
+
+@given(st.integers(0, 5000), st.integers(1, 200))
+def test_split_cuts_like_array_split(count, parts):
+    expected = [(a[0], a[-1] + 1) if a.size else None
+                for a in np.array_split(np.arange(count), parts)]
+    got = split(count, parts)
+    assert len(got) == parts
+    assert got[0][0] == 0 and got[-1][1] == count
+    for (lo, hi), want in zip(got, expected):
+        assert want is None and lo == hi or (lo, hi) == want
+
+
+def test_step_sorts_sends_and_receives():
+    c = Chunk("data", 0, 4)
+    step = Step([Send(1, c), Recv(2, c, reduce=True), Send(3, c)])
+    assert step.sends == (Send(1, c), Send(3, c))
+    assert step.recvs == (Recv(2, c, True),)
+    assert step == Step(step.ops) and hash(step) == hash(Step(step.ops))
+    with pytest.raises(TypeError, match="Send and Recv"):
+        Step([c])
+
+
+def test_compact_drops_empty_transfers_and_steps():
+    empty, full = Chunk("data", 3, 3), Chunk("data", 0, 3)
+    steps = compact([[Send(1, empty)], [Send(1, full), Recv(1, empty)], []])
+    assert steps == [Step([Send(1, full)])]
+
+
+@pytest.mark.parametrize("steps, message", [
+    ([Step([Send(0, Chunk("data", 0, 1))])], "peer 0 is not another rank"),
+    ([Step([Send(5, Chunk("data", 0, 1))])], "peer 5 is not another rank"),
+    ([Step([Recv(2, Chunk("data", 0, 11))])], r"outside buffer 'data' \(data holds 10"),
+    ([Step([Recv(2, Chunk("data", 4, 3))])], "outside buffer"),
+    ([Step([Recv(2, Chunk("extra", 0, 1))])], "is not one of"),
+    ([Step([Recv(2, Chunk("data", 0, 4)), Recv(3, Chunk("data", 3, 5), reduce=True)])],
+     "peers 2 and 3 overlap"),
+    (["not a step"], "expected a Step"),
+])
+def test_check_steps_names_rank_step_and_peer(steps, message):
+    with pytest.raises(pyar.ScheduleError, match=message) as e:
+        check_steps(steps, rank=0, size=4, count=10)
+    assert "rank 0 step 0" in str(e.value)
+
+
+def test_overlapping_folds_in_one_step_are_fine():
+    c = Chunk("data", 0, 4)
+    check_steps([Step([Recv(1, c, True), Recv(2, c, True)])], rank=0, size=3, count=4)
+
+
+def test_unknown_algorithm_lists_the_registered_ones():
+    with pytest.raises(ValueError, match="registered: binomial, naive, rabenseifner"):
+        pyar.schedule("nope", 4, 10)
+    with pytest.raises(ValueError, match="no schedule"):
+        pyar.schedule("mpi", 4, 10)
+    with pytest.raises(ValueError, match="collective must be one of"):
+        pyar.algorithms("allsorts")
+
+
+@pytest.mark.parametrize("name", ["mpi", "auto", "has space", 3])
+def test_register_algorithm_rejects_reserved_and_bad_names(name):
+    with pytest.raises(ValueError, match="identifier"):
+        pyar.register_algorithm(name)
+
+
+def test_schedules_are_memoised_per_arguments():
+    assert pyar.schedule("ring", 5, 100) is pyar.schedule("ring", 5, 100)
+    assert pyar.schedule("ring", 5, 100) is not pyar.schedule("ring", 5, 101)
+    with pytest.raises(ValueError, match="size must be"):
+        pyar.schedule("ring", 0, 100)
+    with pytest.raises(ValueError, match="count must be"):
+        pyar.schedule("ring", 4, -1)
+    with pytest.raises(ValueError, match="rank must be"):
+        pyar.schedule("ring", 4, 10).steps(4)
+
+
+def test_algorithms_lists_the_builtins_and_mpi():
+    assert pyar.algorithms() == ["binomial", "naive", "rabenseifner", "recursive_doubling",
+                                 "ring", "mpi"]

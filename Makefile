@@ -18,7 +18,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
-	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m pyar bench
+	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m mpi4py -m pyar bench
 
 test: $(VENV)/.installed
 	$(PY) -m pytest tests
@@ -29,12 +29,13 @@ test-mpi: $(VENV)/.installed
 
 bench: run
 
-# Each example runs as its first line says (# mpiexec -n N python examples/...).
+# Each example runs as its first line says (# mpiexec -n N python -m mpi4py examples/...);
+# -m mpi4py aborts the whole job when one rank raises, instead of leaving the others waiting.
 examples: $(VENV)/.installed
 	@set -e; for f in examples/*.py; do \
 	  n=$$(sed -n 's/^# *mpiexec -n \([0-9][0-9]*\) .*/\1/p' $$f | head -n 1); \
 	  echo "== $$f on $$n ranks"; \
-	  $(TIMEOUT) $(MPIEXEC) -n $$n $(PY) $$f; \
+	  $(TIMEOUT) $(MPIEXEC) -n $$n $(PY) -m mpi4py $$f; \
 	done
 
 clean:

@@ -8,6 +8,8 @@ from pyar.schedule import Chunk, Recv, Send, Step
 
 ALL = Chunk("data", 0, 4)
 
+pytestmark = pytest.mark.usefixtures("scratch_registry")
+
 
 def run(name, builder, size=2, count=4, dtype=np.int64):
     pyar.register_algorithm(name)(builder)

@@ -1,0 +1,113 @@
+"""``pyar bench``: time every allreduce algorithm against MPI_Allreduce, checking each result.
+
+Run under mpiexec; rank 0 prints one row per size and algorithm as it
+completes. Every rank uses the same sizes and iteration counts, so the ranks
+stay in step. Time per call is the slowest rank's average over the timed
+iterations; ``vs mpi`` is that time over MPI_Allreduce's at the same size.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from . import api, ops, verify
+from .algorithms import LIBRARY, algorithms
+from .comm import Comm
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``8``, ``64K``, ``4M``, ``1G`` (binary units)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"size must look like 8, 64K, 4M or 1G, got {text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def format_size(nbytes: int) -> str:
+    for unit in ("G", "M", "K"):
+        if nbytes >= _UNITS[unit] and nbytes % _UNITS[unit] == 0:
+            return f"{nbytes // _UNITS[unit]}{unit}"
+    return str(nbytes)
+
+
+def sizes(minbytes: int, maxbytes: int, factor: int) -> list[int]:
+    if minbytes < 1 or maxbytes < minbytes or factor < 2:
+        raise ValueError("need 1 <= minbytes <= maxbytes and a step factor >= 2")
+    out, n = [], minbytes
+    while n <= maxbytes:
+        out.append(n)
+        n *= factor
+    return out
+
+
+def default_iters(nbytes: int) -> int:
+    """Enough iterations to time small messages well, few for large ones."""
+    return int(min(500, max(10, (16 << 20) // nbytes)))
+
+
+def _time(comm: Comm, x, out, op, algorithm, iters, warmup) -> float:
+    for _ in range(warmup):
+        api.allreduce(x, out, op=op, algorithm=algorithm, comm=comm)
+    comm.mpi.Barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        api.allreduce(x, out, op=op, algorithm=algorithm, comm=comm)
+    elapsed = np.array([(time.perf_counter() - start) / iters])
+    comm.mpi.Allreduce(MPI.IN_PLACE, elapsed, MPI.MAX)
+    return float(elapsed[0])
+
+
+def _wrong(comm: Comm, result, x, op) -> int:
+    """Elements of ``result`` that differ from MPI_Allreduce's beyond tolerance, summed over ranks."""
+    expected = np.empty_like(x)
+    api.allreduce(x, expected, op=op, algorithm=LIBRARY, comm=comm)
+    magnitude = np.abs(x.astype(np.float64))
+    api.allreduce(magnitude, magnitude, op=ops.Op.PROD if op is ops.Op.PROD else ops.Op.SUM,
+                  algorithm=LIBRARY, comm=comm)
+    if op is ops.Op.AVG:
+        magnitude /= comm.size
+    wrong = np.array([verify.mismatches(result, expected, op, comm.size, magnitude).size])
+    comm.mpi.Allreduce(MPI.IN_PLACE, wrong, MPI.SUM)
+    return int(wrong[0])
+
+
+def run(minbytes="8", maxbytes="4M", stepfactor=4, iters=None, warmup=5, algos="all",
+        dtype="float32", op="sum", file=sys.stdout, comm=None) -> list[dict]:
+    """Benchmark and print; returns the rows (on every rank)."""
+    c = Comm.of(comm)
+    op = ops.resolve(op)
+    dtype = ops.check_dtype(dtype)
+    ops.check(op, dtype)
+    names = algorithms() if algos == "all" else [a.strip() for a in algos.split(",")]
+    names = [LIBRARY] + [n for n in names if n != LIBRARY]
+    for name in names:
+        api.tuner.select("allreduce", name, c.size, 0, 0)      # unknown names fail here
+    say = (lambda line: print(line, file=file, flush=True)) if c.rank == 0 else (lambda _: None)
+    say(f"# pyar bench: allreduce, {dtype} {op}, {c.size} ranks, "
+        f"{MPI.Get_library_version().splitlines()[0].strip()}")
+    say(f"# {'algorithm':<20}{'size':>8}{'count':>10}{'iters':>7}{'time(us)':>12}"
+        f"{'vs mpi':>8}  correct")
+    rows = []
+    for nbytes in sizes(parse_size(minbytes), parse_size(maxbytes), int(stepfactor)):
+        count = max(nbytes // dtype.itemsize, 1)
+        x = verify.sample(c.rank, count, dtype, op)
+        out = np.empty_like(x)
+        n = iters or default_iters(nbytes)
+        baseline = None
+        for name in names:
+            seconds = _time(c, x, out, op, name, n, warmup)
+            baseline = baseline or seconds
+            wrong = _wrong(c, out, x, op)
+            row = dict(algorithm=name, bytes=count * dtype.itemsize, count=count, iters=n,
+                       time_us=seconds * 1e6, ratio=seconds / baseline, wrong=wrong)
+            rows.append(row)
+            say(f"  {name:<20}{format_size(row['bytes']):>8}{count:>10}{n:>7}"
+                f"{row['time_us']:>12.1f}{row['ratio']:>8.2f}  {'yes' if not wrong else f'NO ({wrong} wrong)'}")
+    return rows

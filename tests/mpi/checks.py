@@ -1,0 +1,45 @@
+"""Collective checks against the MPI library's own collectives."""
+
+import numpy as np
+from mpi4py import MPI
+
+from pyar.ops import Op
+from pyar.verify import describe, mismatches
+
+_MPI_OP = {Op.SUM: MPI.SUM, Op.AVG: MPI.SUM, Op.PROD: MPI.PROD, Op.MAX: MPI.MAX,
+           Op.MIN: MPI.MIN}
+
+
+def agree(comm, ok, message=""):
+    """Assert on every rank at once: fails everywhere if it fails anywhere."""
+    flag = np.array([bool(ok)], np.int32)
+    comm.Allreduce(MPI.IN_PLACE, flag, MPI.MIN)
+    if not flag[0]:
+        raise AssertionError(f"rank {comm.rank}: {message}" if not ok else
+                             f"rank {comm.rank}: fine here, failed on another rank")
+
+
+def mpi_allreduce(comm, x, op):
+    """MPI_Allreduce of ``x`` (the oracle) and the scale its rounding error is relative to."""
+    x = np.ascontiguousarray(x)
+    expected = np.empty_like(x)
+    comm.Allreduce(x, expected, _MPI_OP[op])
+    magnitude = np.abs(x.astype(np.float64))
+    scale = np.empty_like(magnitude)
+    comm.Allreduce(magnitude, scale, MPI.PROD if op is Op.PROD else MPI.SUM)
+    if op is Op.AVG:
+        expected /= comm.size
+        scale /= comm.size
+    return expected, scale
+
+
+def check_against_mpi(comm, result, x, op, what=""):
+    """``result`` equals MPI_Allreduce of ``x`` within tolerance and bitwise on every rank."""
+    op = Op(op)
+    expected, scale = mpi_allreduce(comm, x, op)
+    bad = mismatches(result, expected, op, comm.size, scale)
+    agree(comm, bad.size == 0, f"{what}: {describe(result, expected, bad)}")
+    mine = np.frombuffer(np.ascontiguousarray(result).tobytes(), np.uint8)
+    root = mine.copy()
+    comm.Bcast(root, root=0)
+    agree(comm, np.array_equal(mine, root), f"{what}: result differs bitwise from rank 0's")

@@ -1,0 +1,142 @@
+"""pyar.allreduce against MPI_Allreduce on the same data, at whatever size mpiexec gives."""
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+from mpi4py import MPI
+
+import pyar
+from pyar.ops import DTYPES, Op
+from pyar.schedule import Chunk, Recv, Send, Step
+from pyar.verify import sample
+
+from checks import agree, check_against_mpi
+
+ALGORITHMS = pyar.algorithms()
+
+
+def ops_for(dtype):
+    return [op for op in Op if op is not Op.AVG or np.dtype(dtype).kind == "f"]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_op_and_dtype(comm, algorithm):
+    for dtype in DTYPES:
+        for op in ops_for(dtype):
+            for count in (0, 1, max(comm.size - 1, 1), 1000):
+                x = sample(comm.rank, count, dtype, op, seed=count)
+                result = pyar.allreduce(x, op=op, algorithm=algorithm)
+                check_against_mpi(comm, result, x, op, f"{algorithm} {op} {dtype} count={count}")
+
+
+LAYOUTS = ["new", "in_place", "out", "strided_new", "strided_in_place", "strided_out"]
+
+
+@given(algorithm=st.sampled_from(ALGORITHMS), op=st.sampled_from(list(Op)),
+       dtype=st.sampled_from(DTYPES), layout=st.sampled_from(LAYOUTS),
+       shape=st.one_of(st.tuples(st.integers(0, 3000)),
+                       st.lists(st.integers(0, 9), min_size=2, max_size=3).map(tuple)),
+       seed=st.integers(0, 2**16))
+def test_property_against_mpi_allreduce(comm, algorithm, op, dtype, layout, shape, seed):
+    if op is Op.AVG and dtype.kind != "f":
+        op = Op.SUM
+    count = int(np.prod(shape))
+    data = sample(comm.rank, count, dtype, op, seed).reshape(shape)
+    if layout.startswith("strided"):
+        wide = np.zeros(shape[:-1] + (2 * shape[-1],), dtype)
+        wide[..., ::2] = data
+        x = wide[..., ::2]
+        assert not x.flags.c_contiguous or x.size <= 1
+    else:
+        x = data.copy()
+    original = x.copy()
+    what = f"{algorithm} {op} {dtype} {layout} shape={shape}"
+    if layout.endswith("in_place"):
+        result = pyar.allreduce(x, x, op=op, algorithm=algorithm)
+        agree(comm, result is x, f"{what}: in place must return x")
+    elif layout.endswith("out"):
+        out = np.full_like(x, 7)
+        result = pyar.allreduce(x, out, op=op, algorithm=algorithm)
+        agree(comm, result is out and np.array_equal(x, original),
+              f"{what}: must write out and leave x alone")
+    else:
+        result = pyar.allreduce(x, op=op, algorithm=algorithm)
+        agree(comm, result is not x and np.array_equal(x, original),
+              f"{what}: must return a new array and leave x alone")
+    agree(comm, result.shape == shape and result.dtype == dtype, f"{what}: shape/dtype")
+    check_against_mpi(comm, result, original, op, what)
+
+
+def test_repeated_calls_interleaved_with_user_traffic(comm):
+    """pyar's messages never match the user's, even a wildcard receive posted around them."""
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    marker = np.full(3, 1000 + comm.rank, np.int64)
+    got = np.zeros(3, np.int64)
+    wildcard = comm.Irecv(got, MPI.ANY_SOURCE, MPI.ANY_TAG)
+    failures = []
+    for i in range(20):
+        algorithm = ALGORITHMS[i % len(ALGORITHMS)]
+        x = sample(comm.rank, 257 + i, np.float64, "sum", seed=i)
+        try:
+            check_against_mpi(comm, pyar.allreduce(x, algorithm=algorithm), x, "sum", algorithm)
+        except AssertionError as e:
+            failures.append(str(e))
+    comm.Send(marker, right, tag=0)
+    wildcard.Wait()
+    agree(comm, not failures, "; ".join(failures[:2]))
+    agree(comm, got.tolist() == [1000 + left] * 3, f"user message corrupted: {got}")
+
+
+def test_sub_communicators_and_pyar_comm(comm):
+    sub = comm.Split(comm.rank % 2, comm.rank)
+    failure = ""
+    try:
+        for c in (sub, pyar.Comm(sub)):
+            x = sample(sub.rank, 100, np.int32, "sum", seed=sub.size)
+            result = pyar.allreduce(x, algorithm="ring", comm=c)
+            check_against_mpi(sub, result, x, "sum", f"sub-communicator of {sub.size}")
+        if pyar.Comm.of(sub) is not pyar.Comm.of(sub):
+            failure = "one Comm per communicator expected"
+    except AssertionError as e:        # raised on every rank of sub, but not of comm
+        failure = str(e)
+    finally:
+        sub.Free()
+    agree(comm, not failure, failure)
+
+
+@pyar.register_algorithm("relay_through_rank_1")
+def relay_through_rank_1(rank, size, count, topology=None):
+    """A user's algorithm: ranks >= 2 send via rank 1's scratch to rank 0, which broadcasts."""
+    everything = Chunk("data", 0, count)
+    if size == 1 or count == 0:
+        return []
+    if size == 2:
+        gather = {0: [Recv(1, everything, True)], 1: [Send(0, everything)]}
+        return [Step(gather[rank]), Step([Recv(0, everything)] if rank else [Send(1, everything)])]
+    slots = [Chunk("scratch", i * count, (i + 1) * count) for i in range(size - 2)]
+    if rank == 0:
+        return [Step([Recv(1, everything, True) for _ in range(size - 1)]),
+                Step([Send(peer, everything) for peer in range(1, size)])]
+    if rank == 1:
+        return [Step([Recv(peer, slot) for peer, slot in zip(range(2, size), slots)]),
+                Step([Send(0, everything)] + [Send(0, slot) for slot in slots]),
+                Step([Recv(0, everything)])]
+    return [Step([Send(1, everything)]), Step([Recv(0, everything)])]
+
+
+def test_custom_registered_algorithm(comm):
+    for count in (1, 33, 5000):
+        x = sample(comm.rank, count, np.float32, "sum", seed=count)
+        result = pyar.allreduce(x, algorithm="relay_through_rank_1")
+        check_against_mpi(comm, result, x, "sum", f"relay count={count}")
+        sim = pyar.simulate(pyar.schedule("relay_through_rank_1", comm.size, count),
+                            [sample(r, count, np.float32, "sum", seed=count)
+                             for r in range(comm.size)])
+        agree(comm, np.array_equal(sim.outputs[comm.rank], result),
+              "the simulator and MPI disagree")
+
+
+def test_mpi_ops_and_op_enum_are_accepted(comm):
+    x = sample(comm.rank, 10, np.int16, "max")
+    for op in (MPI.MAX, pyar.Op.MAX, "MAX"):
+        check_against_mpi(comm, pyar.allreduce(x, op=op), x, "max", f"op={op}")

@@ -1,0 +1,97 @@
+"""The public API on one rank: the x/out contract, local errors, algorithm selection."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import pyar
+from pyar import tuner
+
+
+def test_single_rank_allreduce_is_a_copy_for_every_algorithm():
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    for algorithm in pyar.algorithms():
+        y = pyar.allreduce(x, algorithm=algorithm)
+        assert y is not x and y.shape == (2, 3) and np.array_equal(y, x)
+
+
+def test_out_contract():
+    x = np.arange(6.0).reshape(2, 3)
+    out = np.zeros_like(x)
+    assert pyar.allreduce(x, out) is out and np.array_equal(out, x)
+    assert pyar.allreduce(x, x) is x
+    strided = np.zeros((2, 6))[:, ::2]
+    assert pyar.allreduce(x, strided, op="avg") is strided and np.array_equal(strided, x)
+    view = np.arange(12.0)[::2]
+    assert np.array_equal(pyar.allreduce(view, view), np.arange(12.0)[::2])
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: pyar.allreduce(np.ones(3), np.ones(4)), ValueError, r"shape \(3,\) and dtype"),
+    (lambda: pyar.allreduce(np.ones(3), np.ones(3, np.float32)), ValueError, "dtype float64"),
+    (lambda: pyar.allreduce(np.ones(3), [0, 0, 0]), TypeError, "out must be a numpy array"),
+    (lambda: pyar.allreduce([1, 2, 3]), TypeError, "x must be a numpy array, got list"),
+    (lambda: pyar.allreduce(np.ones(3), op="xor"), ValueError, r"op must be one of \['sum'"),
+    (lambda: pyar.allreduce(np.ones(3), op=MPI.BAND), ValueError, "op must be one of"),
+    (lambda: pyar.allreduce(np.ones(3), algorithm="nope"), ValueError,
+     "registered: binomial, naive, rabenseifner, recursive_doubling, ring, mpi"),
+    (lambda: pyar.allreduce(np.ones(3, np.int32), op="avg"), TypeError, "avg.*floating"),
+    (lambda: pyar.allreduce(np.ones(3, np.float16)), TypeError, "half precision.*int8, int16"),
+    (lambda: pyar.allreduce(np.ones(3, np.complex64)), TypeError, "complex64 is not supported"),
+    (lambda: pyar.allreduce(np.ones(3, bool)), TypeError, "expected one of"),
+    (lambda: pyar.allreduce(np.ones(3), comm="world"), TypeError, "mpi4py communicator"),
+])
+def test_local_misuse_gets_a_clear_error(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_read_only_out_and_untouched_input():
+    x = np.arange(4.0)
+    x.flags.writeable = False
+    assert np.array_equal(pyar.allreduce(x), x)
+    with pytest.raises(ValueError, match="read-only"):
+        pyar.allreduce(x, x)
+
+
+def test_auto_follows_mpich_rule_of_thumb(monkeypatch):
+    monkeypatch.delenv("PYAR_ALGO", raising=False)
+    assert tuner.select("allreduce", "auto", 8, 16, 64) == "recursive_doubling"
+    assert tuner.select("allreduce", "auto", 8, 4, 2 << 20) == "recursive_doubling"
+    assert tuner.select("allreduce", "auto", 8, 1 << 20, 4 << 20) == "rabenseifner"
+
+
+def test_explicit_argument_beats_pyar_algo_which_beats_auto(monkeypatch):
+    monkeypatch.setenv("PYAR_ALGO", "ring")
+    assert tuner.select("allreduce", "auto", 8, 1 << 20, 4 << 20) == "ring"
+    assert tuner.select("allreduce", "binomial", 8, 1 << 20, 4 << 20) == "binomial"
+    monkeypatch.setenv("PYAR_ALGO", "allgather:bruck; allreduce:naive")
+    assert tuner.select("allreduce", "auto", 8, 16, 64) == "naive"
+    monkeypatch.setenv("PYAR_ALGO", "allgather:bruck")
+    assert tuner.select("allreduce", "auto", 8, 16, 64) == "recursive_doubling"
+    monkeypatch.setenv("PYAR_ALGO", "nope")
+    with pytest.raises(ValueError, match="PYAR_ALGO: unknown allreduce algorithm 'nope'"):
+        tuner.select("allreduce", "auto", 8, 16, 64)
+
+
+def test_pyar_algo_reaches_allreduce(monkeypatch):
+    monkeypatch.setenv("PYAR_ALGO", "allreduce:naive")
+    assert np.array_equal(pyar.allreduce(np.ones(4)), np.ones(4))
+    monkeypatch.setenv("PYAR_ALGO", "allreduce:bogus")
+    with pytest.raises(ValueError, match="PYAR_ALGO"):
+        pyar.allreduce(np.ones(4))
+
+
+def test_errors_share_a_base():
+    assert issubclass(pyar.TimeoutError, pyar.PyarError)
+    assert issubclass(pyar.TimeoutError, TimeoutError)
+    assert issubclass(pyar.ScheduleError, pyar.PyarError)
+    assert issubclass(pyar.MismatchError, pyar.PyarError)
+
+
+def test_comm_is_cached_on_the_communicator():
+    world = pyar.Comm.of(None)
+    assert world is pyar.Comm.of(MPI.COMM_WORLD) is pyar.Comm.of(world)
+    assert world.mpi != MPI.COMM_WORLD and world.size == MPI.COMM_WORLD.size
+    with pytest.raises(TypeError, match="intracommunicator|mpi4py"):
+        pyar.Comm(MPI.COMM_NULL)

@@ -45,8 +45,8 @@ def _plan(c: Comm, collective: str, name: str, count: int) -> Plan:
     key = (collective, name, build, count)
     plan = c.plans.get(key)
     if plan is None:
-        plan = c.cached(key, lambda: Plan(
-            _schedule.build(collective, name, c.size, count, build, c.topology), c.rank))
+        schedule = _schedule.build(collective, name, c.size, count, build, c.topology)
+        plan = c.remember(key, Plan(schedule, c.rank))
     return plan
 
 

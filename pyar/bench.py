@@ -15,7 +15,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import api, ops, verify
+from . import api, ops, tuner, verify
 from .algorithms import LIBRARY, algorithms
 from .comm import Comm
 
@@ -88,7 +88,7 @@ def run(minbytes="8", maxbytes="4M", stepfactor=4, iters=None, warmup=5, algos="
     names = algorithms() if algos == "all" else [a.strip() for a in algos.split(",")]
     names = [LIBRARY] + [n for n in names if n != LIBRARY]
     for name in names:
-        api.tuner.select("allreduce", name, c.size, 0, 0)      # unknown names fail here
+        tuner.select("allreduce", name, c.size, 0, 0)      # unknown names fail here
     say = (lambda line: print(line, file=file, flush=True)) if c.rank == 0 else (lambda _: None)
     say(f"# pyar bench: allreduce, {dtype} {op}, {c.size} ranks, "
         f"{MPI.Get_library_version().splitlines()[0].strip()}")

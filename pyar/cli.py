@@ -1,4 +1,4 @@
-"""The ``pyar`` command (also ``python -m pyar``): ``info`` and ``bench``."""
+"""The ``pyar`` command (also ``python -m pyar``): ``info``, ``bench`` and ``sim``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,39 @@ def bench(args) -> int:
     return 1 if any(row["wrong"] for row in rows) else 0
 
 
+def sim(args) -> int:
+    import time
+
+    import numpy as np
+
+    import pyar
+    from pyar import verify
+
+    names = [n for n in pyar.algorithms() if n != "mpi"] if args.algo == "all" else \
+        [a.strip() for a in args.algo.split(",")]
+    schedules = [pyar.schedule(name, args.nranks, args.count) for name in names]
+    inputs = [verify.sample(r, args.count, args.dtype, args.op) for r in range(args.nranks)]
+    expected = verify.reference(inputs, args.op)
+    scale = verify.magnitude(inputs, args.op)
+    print(f"# pyar sim: allreduce of {args.count} {args.dtype} per rank, {args.op}, "
+          f"{args.nranks} ranks, in one process")
+    print(f"# {'algorithm':<20}{'steps':>7}{'max sent':>12}{'mean sent':>12}{'messages':>10}"
+          f"{'seconds':>9}  correct")
+    wrong = 0
+    for name, schedule in zip(names, schedules):
+        start = time.perf_counter()
+        result = pyar.simulate(schedule, inputs, op=args.op)
+        seconds = time.perf_counter() - start
+        bad = sum(verify.mismatches(out, expected, args.op, args.nranks, scale).size
+                  for out in result.outputs)
+        wrong += bad
+        sent = [s.bytes_sent for s in result.stats]
+        print(f"  {name:<20}{max(s.steps for s in result.stats):>7}{max(sent):>12}"
+              f"{sum(sent) / len(sent):>12.0f}{sum(s.messages for s in result.stats):>10}"
+              f"{seconds:>9.1f}  {'yes' if not bad else f'NO ({bad} wrong)'}", flush=True)
+    return 1 if wrong else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pyar", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -59,9 +92,16 @@ def main(argv=None) -> int:
     p.add_argument("-a", "--algo", default="all", help="comma list of algorithms, or all")
     p.add_argument("-d", "--dtype", default="float32")
     p.add_argument("-o", "--op", default="sum")
+    p = sub.add_parser("sim", help="simulate algorithms for many ranks in this process: "
+                                   "steps, traffic, time, correctness")
+    p.add_argument("-a", "--algo", default="all", help="comma list of algorithms, or all")
+    p.add_argument("-n", "--nranks", type=int, default=64)
+    p.add_argument("-c", "--count", type=int, default=4096, help="elements per rank")
+    p.add_argument("-d", "--dtype", default="float32")
+    p.add_argument("-o", "--op", default="sum")
     args = parser.parse_args(argv)
     try:
-        return {"info": info, "bench": bench}[args.command](args)
+        return {"info": info, "bench": bench, "sim": sim}[args.command](args)
     except (ValueError, TypeError) as e:
         parser.exit(2, f"pyar {args.command}: {e}\n")
 

@@ -9,11 +9,9 @@ collectives called on it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from mpi4py import MPI
 
-_PLAN_CACHE = 256        # compiled (collective, algorithm, count, dtype) plans kept per Comm
+_PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
 
 
 def _free_duplicate(comm, keyval, attr):
@@ -44,7 +42,7 @@ class Comm:
         self.rank = self.mpi.Get_rank()
         self.size = self.mpi.Get_size()
         self.topology = None
-        self.plans: OrderedDict = OrderedDict()
+        self.plans: dict = {}
         self._seq = 0
 
     def __repr__(self):
@@ -76,14 +74,9 @@ class Comm:
             self.mpi.Free()
         self.plans.clear()
 
-    def cached(self, key, make):
-        """The cached plan for ``key``, made with ``make()`` on a miss (LRU)."""
-        plans = self.plans
-        plan = plans.get(key)
-        if plan is None:
-            plan = plans[key] = make()
-            if len(plans) > _PLAN_CACHE:
-                plans.popitem(last=False)
-        else:
-            plans.move_to_end(key)
+    def remember(self, key, plan):
+        """Keep ``plan`` under ``key``, forgetting the oldest beyond the cache's bound."""
+        self.plans[key] = plan
+        if len(self.plans) > _PLAN_CACHE:
+            del self.plans[next(iter(self.plans))]
         return plan

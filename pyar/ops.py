@@ -29,6 +29,7 @@ class Op(str, Enum):
 DTYPES = tuple(np.dtype(t) for t in (
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float32", "float64"))
+_SUPPORTED = frozenset(DTYPES)
 _DTYPE_NAMES = ", ".join(str(d) for d in DTYPES)
 _NOT_YET = {"float16": "float16", "bfloat16": "bfloat16"}
 
@@ -54,7 +55,7 @@ def resolve(op) -> Op:
 def check_dtype(dtype) -> np.dtype:
     """``dtype`` if pyar reduces it, else a TypeError naming the supported set."""
     dtype = np.dtype(dtype)
-    if dtype in DTYPES:
+    if dtype in _SUPPORTED:
         return dtype
     hint = " (half precision comes with the Numba kernels)" if dtype.name in _NOT_YET else ""
     raise TypeError(f"dtype {dtype} is not supported{hint}; expected one of: {_DTYPE_NAMES}")

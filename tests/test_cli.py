@@ -47,3 +47,17 @@ def test_sizes_parse_like_nccl_tests():
     assert format_size(4 << 20) == "4M" and format_size(1000) == "1000"
     with pytest.raises(ValueError, match="size must look like"):
         parse_size("lots")
+
+
+def test_sim_reports_traffic_and_correctness():
+    proc = subprocess.run([sys.executable, "-m", "pyar", "sim", "-n", "16", "-c", "1600",
+                           "-a", "ring,naive"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
+            if not line.startswith("#")}
+    assert rows["ring"][1:3] == ["30", str(2 * 15 * 100 * 4)]      # 2(N-1) steps, 2(N-1)/N*M
+    assert rows["naive"][1:3] == ["2", str(15 * 1600 * 4)]
+    assert rows["ring"][-1] == rows["naive"][-1] == "yes"
+    bad = subprocess.run([sys.executable, "-m", "pyar", "sim", "-a", "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown allreduce algorithm 'nope'" in bad.stderr

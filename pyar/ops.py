@@ -34,15 +34,15 @@ _DTYPE_NAMES = ", ".join(str(d) for d in DTYPES)
 _NOT_YET = {"float16": "float16", "bfloat16": "bfloat16"}
 
 
+_BY_NAME = {**{o.value: o for o in Op}, **{o.name: o for o in Op}}
+
+
 def resolve(op) -> Op:
     """The :class:`Op` named by ``op`` (an Op, a name, or an mpi4py ``MPI.Op``)."""
-    if isinstance(op, Op):
-        return op
-    if isinstance(op, str):
-        try:
-            return Op(op.lower())
-        except ValueError:
-            pass
+    if isinstance(op, str):             # an Op is a str too
+        found = _BY_NAME.get(op)
+        if found is not None:
+            return found
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and isinstance(op, mpi.Op):
         for name in ("SUM", "PROD", "MAX", "MIN"):

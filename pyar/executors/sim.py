@@ -58,11 +58,10 @@ def simulate(schedule: Schedule, inputs, *, op="sum") -> SimResult:
                              f"got {a.size} of {a.dtype}")
     with _collector_paused():
         steps = [schedule.steps(r) for r in range(size)]
-    buffers = [{"data": a.reshape(-1).copy(),
-                "scratch": np.zeros(schedule.scratch_count(r), dtype)}
-               for r, a in enumerate(arrays)]
-    stats = [RankStats(steps=len(s)) for s in steps]
-    with _collector_paused():
+        buffers = [{"data": a.reshape(-1).copy(),
+                    "scratch": np.zeros(schedule.scratch_count(r), dtype)}
+                   for r, a in enumerate(arrays)]
+        stats = [RankStats(steps=len(s)) for s in steps]
         _run(steps, buffers, stats, op.reduction, dtype.itemsize)
     outputs = []
     for a, b in zip(arrays, buffers):

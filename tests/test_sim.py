@@ -79,6 +79,23 @@ def test_folds_land_in_listed_order_and_scratch_relays():
     assert pyar.schedule("t_relay", 3, 4).scratch_count(2) == 8
 
 
+def test_reading_scratch_before_receiving_into_it_is_an_error():
+    def sends_garbage(rank, size, count, topology=None):
+        if rank == 0:
+            return [Step([Send(1, Chunk("scratch", 0, 4))])]
+        return [Step([Recv(0, ALL, reduce=True)])]
+    with pytest.raises(pyar.ScheduleError, match=r"rank 0 step 0 sends scratch \[0, 4\) to peer "
+                                                 r"1 before all of it was received into"):
+        run("t_garbage", sends_garbage)
+
+    def folds_into_garbage(rank, size, count, topology=None):
+        if rank == 0:
+            return [Step([Send(1, ALL)])]
+        return [Step([Recv(0, Chunk("scratch", 0, 4), reduce=True)])]
+    with pytest.raises(pyar.ScheduleError, match=r"rank 1 step 0 folds into scratch"):
+        run("t_fold_garbage", folds_into_garbage)
+
+
 def test_registered_algorithms_work_like_builtins():
     def swap_and_fold(rank, size, count, topology=None):
         return [Step([Send(1 - rank, Chunk("data", 0, count)),

@@ -5,7 +5,8 @@ an MPI run would: a step completes once every peer it exchanges with has
 posted the matching transfer (sends rendezvous, so a schedule that only works
 with eager buffering is a deadlock here too). It measures traffic, and it
 raises :class:`pyar.ScheduleError` naming rank, step and peer for an
-unmatched or mis-sized message and for a deadlock.
+unmatched or mis-sized message, for a deadlock, and for a read of scratch
+that nothing was received into yet (its contents are undefined on MPI).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def simulate(schedule: Schedule, inputs, *, op="sum") -> SimResult:
     with _collector_paused():
         steps = [schedule.steps(r) for r in range(size)]
         buffers = [{"data": a.reshape(-1).copy(),
-                    "scratch": np.zeros(schedule.scratch_count(r), dtype)}
+                    "scratch": np.zeros(schedule.scratch_count(r), dtype),
+                    "written": np.zeros(schedule.scratch_count(r), bool)}
                    for r, a in enumerate(arrays)]
         stats = [RankStats(steps=len(s)) for s in steps]
         _run(steps, buffers, stats, op.reduction, dtype.itemsize)
@@ -110,6 +112,10 @@ def _run(steps, buffers, stats, reduction, itemsize):
             c = op.chunk
             if type(op) is Send:
                 channel = rank * size + op.peer
+                if c.buffer == "scratch" and not bufs["written"][c.lo:c.hi].all():
+                    raise ScheduleError(
+                        f"rank {rank} step {i} sends scratch [{c.lo}, {c.hi}) to peer "
+                        f"{op.peer} before all of it was received into")
                 payload = bufs[c.buffer][c.lo:c.hi].copy()
                 mail[channel].append((payload, i))
                 st.bytes_sent += payload.nbytes
@@ -122,19 +128,26 @@ def _run(steps, buffers, stats, reduction, itemsize):
                 n = received[channel]
                 received[channel] = n + 1
                 waits.append((sent, channel, n))
-                recvs.append((channel, bufs[c.buffer], c.lo, c.hi, op.reduce, op.peer))
+                written = bufs["written"] if c.buffer == "scratch" else None
+                recvs.append((channel, bufs[c.buffer], c.lo, c.hi, op.reduce, op.peer, written))
         posted[rank] = waits, recvs
 
     def complete(rank):
         i = current[rank]
         st = stats[rank]
-        for channel, buf, lo, hi, reduce, peer in posted[rank][1]:
+        for channel, buf, lo, hi, reduce, peer, written in posted[rank][1]:
             payload, sender_step = mail[channel].popleft()
             if payload.size != hi - lo:
                 raise ScheduleError(
                     f"size mismatch: rank {rank} step {i} receives {hi - lo} elements from "
                     f"peer {peer}, which sends {payload.size} at its step {sender_step}")
             st.bytes_received += payload.nbytes
+            if written is not None:
+                if reduce and not written[lo:hi].all():
+                    raise ScheduleError(
+                        f"rank {rank} step {i} folds into scratch [{lo}, {hi}) from peer {peer} "
+                        f"before all of it was received into")
+                written[lo:hi] = True
             if reduce:
                 reduce_into(buf[lo:hi], payload, reduction)
             else:

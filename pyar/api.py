@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import buffers, ops, schedule as _schedule, tuner
 from .algorithms import LIBRARY, builder
 from .comm import Comm
+from .errors import MismatchError, ScheduleError
 from .executors.mpi import Plan, library_allreduce
 from .executors.sim import SimResult, simulate
 
@@ -26,11 +27,11 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None):
         The reduced array, bitwise identical on every rank.
     """
     op = ops.resolve(op)
-    work = buffers.prepare(x, out)
-    data = work.data
-    ops.check(op, data.dtype)
+    ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
-    name = tuner.select("allreduce", algorithm, c.size, data.size, data.nbytes)
+    name = tuner.select("allreduce", algorithm, c.size, x.size, x.nbytes)
+    work = buffers.prepare(x, out)          # last: it may write out
+    data = work.data
     if name == LIBRARY:
         library_allreduce(c.mpi, data, op.reduction)
     else:
@@ -45,8 +46,32 @@ def _plan(c: Comm, collective: str, name: str, count: int) -> Plan:
     key = (collective, name, build, count)
     plan = c.plans.get(key)
     if plan is None:
-        schedule = _schedule.build(collective, name, c.size, count, build, c.topology)
-        plan = c.remember(key, Plan(schedule, c.rank))
+        plan = c.remember(key, _compile_everywhere(c, collective, name, build, count))
+    return plan
+
+
+def _compile_everywhere(c: Comm, collective, name, build, count) -> Plan:
+    """Compile this rank's plan and agree with the other ranks that all of them could.
+
+    A plan is compiled on the first call with its arguments, on every rank
+    alike if they call alike, so one small allreduce here turns a builder that
+    fails on some ranks, or ranks that disagree on algorithm or count, into an
+    error on every rank instead of a hang.
+    """
+    error = None
+    try:
+        plan = Plan(_schedule.build(collective, name, c.size, count, build, c.topology), c.rank)
+    except Exception as e:      # re-raised below, once the other ranks know
+        error = e
+    everyone_ok, same_call = c.agree(error is None, f"{collective}/{name}/{count}")
+    if error is not None:
+        raise error
+    if not everyone_ok:
+        raise ScheduleError(f"another rank failed to build its {name} {collective} schedule "
+                            f"for count {count}; its error says why")
+    if not same_call:
+        raise MismatchError(f"ranks called {collective} with different algorithms or counts "
+                            f"(here: {name}, count {count})")
     return plan
 
 

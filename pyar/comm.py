@@ -9,6 +9,9 @@ collectives called on it.
 
 from __future__ import annotations
 
+import zlib
+
+import numpy as np
 from mpi4py import MPI
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
@@ -73,6 +76,13 @@ class Comm:
         if self.mpi != MPI.COMM_NULL:
             self.mpi.Free()
         self.plans.clear()
+
+    def agree(self, ok: bool, call: str) -> tuple[bool, bool]:
+        """Collective: (whether ``ok`` on every rank, whether every rank passed the same ``call``)."""
+        fingerprint = zlib.crc32(call.encode())
+        votes = np.array([ok, fingerprint, -fingerprint], np.int64)
+        self.mpi.Allreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        return bool(votes[0]), int(votes[1]) == -int(votes[2])
 
     def remember(self, key, plan):
         """Keep ``plan`` under ``key``, forgetting the oldest beyond the cache's bound."""

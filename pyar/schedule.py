@@ -182,7 +182,7 @@ def check_steps(steps: list[Step], rank: int, size: int, count: int) -> None:
                             f"{rb.peer} overlap in {ra.chunk.buffer} and one of them copies")
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=32)     # a simulated 1,024-rank ring is millions of steps
 def _cached(collective, algorithm, size, count, topology, builder):
     return Schedule(algorithm, collective, size, count, builder, topology)
 

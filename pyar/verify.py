@@ -71,7 +71,8 @@ def sample(rank: int, count: int, dtype, op, seed: int = 0) -> np.ndarray:
     A missing or doubled contribution changes the result: sums get
     ``(rank + 1) * 1000 + ...`` (never 0 for rank 0), products get factors
     away from 1 (odd integers >= 3, floats in [1 + 1/64, 1.2]), max/min get
-    values spread over ranks and indices.
+    values spread over ranks and indices, with zeros of both signs at every
+    13th element (a max or min must not depend on which rank's zero came first).
     """
     op = resolve(op)
     dtype = np.dtype(dtype)
@@ -87,7 +88,10 @@ def sample(rank: int, count: int, dtype, op, seed: int = 0) -> np.ndarray:
     else:
         values = (rank + 1) * 1000 + mix
     if dtype.kind == "f":
-        return (values + (mix % 7) / 8).astype(dtype)
+        values = (values + (mix % 7) / 8).astype(dtype)
+        if op in (Op.MAX, Op.MIN):          # signed zeros meet at every 13th element
+            values[i % 13 == 0] = -0.0 if rank % 2 else 0.0
+        return values
     if dtype.kind == "u" and op in (Op.MAX, Op.MIN):
         values = values + 504
     return values.astype(dtype)

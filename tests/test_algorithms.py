@@ -35,6 +35,13 @@ def test_every_size_up_to_64(algorithm, size):
     check_allreduce(algorithm, size, 2 * size + 3, Op.SUM, np.float64)
 
 
+@pytest.mark.parametrize("algorithm", SCHEDULED)
+@pytest.mark.parametrize("op", [Op.MAX, Op.MIN])
+def test_signed_zeros_give_every_rank_the_same_bits(algorithm, op):
+    for size in range(2, 17):
+        check_allreduce(algorithm, size, 40, op, np.float32)
+
+
 @pytest.mark.parametrize("algorithm", ["naive", "recursive_doubling", "rabenseifner", "binomial"])
 @pytest.mark.parametrize("size", [100, 255, 1000, 1024])
 def test_large_rank_counts(algorithm, size):

@@ -46,6 +46,15 @@ def test_local_misuse_gets_a_clear_error(call, error, message):
         call()
 
 
+def test_out_is_untouched_when_the_call_fails():
+    out = np.zeros(3, np.int32)
+    with pytest.raises(TypeError):
+        pyar.allreduce(np.ones(3, np.int32), out, op="avg")
+    with pytest.raises(ValueError):
+        pyar.allreduce(np.ones(3, np.int32), out, algorithm="nope")
+    assert not out.any()
+
+
 def test_read_only_out_and_untouched_input():
     x = np.arange(4.0)
     x.flags.writeable = False

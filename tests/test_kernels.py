@@ -51,3 +51,17 @@ def test_kernels_never_import_the_rest_of_pyar():
     import pyar.kernels
     source = pathlib.Path(pyar.kernels.__file__).read_text()
     assert "import pyar" not in source and "from pyar" not in source and "from .." not in source
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op, zero", [("max", "+"), ("min", "-")])
+def test_max_and_min_are_commutative_bit_for_bit_on_signed_zeros(dtype, op, zero):
+    a = np.array([-0.0, 0.0, -0.0, 0.0, 1.0, -2.0], dtype)
+    b = np.array([0.0, -0.0, -0.0, 0.0, 1.0, 3.0], dtype)
+    ab, ba = a.copy(), b.copy()
+    reduce_into(ab, b, op)
+    reduce_into(ba, a, op)
+    assert ab.tobytes() == ba.tobytes()
+    assert np.signbit(ab[:2]).tolist() == [zero == "-"] * 2
+    assert np.signbit(ab[2:4]).tolist() == [True, False]     # equal zeros keep their sign
+    assert ab[4:].tolist() == ([1.0, 3.0] if op == "max" else [1.0, -2.0])

@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 from mpi4py import MPI
 
+from ..errors import ScheduleError
 from ..kernels import reduce_into
 from ..schedule import Schedule
 
@@ -50,19 +51,30 @@ def _finish(recv: _Recv, bufs, reduction):
         bufs[d.buf][d.lo:d.hi] = incoming
 
 
+def _check_size(status: MPI.Status, view, peer: int, where: str):
+    """A message shorter than its receive would leave stale bytes in place: refuse it."""
+    got = status.Get_count(_BYTE)
+    if got != view.nbytes:
+        raise ScheduleError(f"{where}: received {got} bytes from peer {peer}, expected "
+                            f"{view.nbytes} (do the ranks agree on the schedule and the count?)")
+
+
 class _Exchange:
     """One send and one receive: MPI_Sendrecv."""
 
-    __slots__ = ("send", "recv")
+    __slots__ = ("send", "recv", "where", "status")
 
-    def __init__(self, send, recv):
-        self.send, self.recv = send, recv
+    def __init__(self, where, send, recv):
+        self.where, self.send, self.recv = where, send, recv
+        self.status = MPI.Status()
 
     def run(self, bufs, comm, tag, reduction):
         s, r = self.send, self.recv
         w = r.wire
-        comm.Sendrecv([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag,
-                      [bufs[w.buf][w.lo:w.hi], _BYTE], w.peer, tag)
+        into = bufs[w.buf][w.lo:w.hi]
+        comm.Sendrecv([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag, [into, _BYTE], w.peer, tag,
+                      self.status)
+        _check_size(self.status, into, w.peer, self.where)
         if r.dst is not None:
             _finish(r, bufs, reduction)
 
@@ -70,7 +82,7 @@ class _Exchange:
 class _SendOnly:
     __slots__ = ("send",)
 
-    def __init__(self, send):
+    def __init__(self, where, send):
         self.send = send
 
     def run(self, bufs, comm, tag, reduction):
@@ -79,15 +91,18 @@ class _SendOnly:
 
 
 class _RecvOnly:
-    __slots__ = ("recv",)
+    __slots__ = ("recv", "where", "status")
 
-    def __init__(self, recv):
-        self.recv = recv
+    def __init__(self, where, recv):
+        self.where, self.recv = where, recv
+        self.status = MPI.Status()
 
     def run(self, bufs, comm, tag, reduction):
         r = self.recv
         w = r.wire
-        comm.Recv([bufs[w.buf][w.lo:w.hi], _BYTE], w.peer, tag)
+        into = bufs[w.buf][w.lo:w.hi]
+        comm.Recv([into, _BYTE], w.peer, tag, self.status)
+        _check_size(self.status, into, w.peer, self.where)
         if r.dst is not None:
             _finish(r, bufs, reduction)
 
@@ -95,25 +110,28 @@ class _RecvOnly:
 class _General:
     """Any other step: post every receive, then every send, wait for all, then finish."""
 
-    __slots__ = ("sends", "recvs")
+    __slots__ = ("sends", "recvs", "where", "statuses")
 
-    def __init__(self, sends, recvs):
-        self.sends, self.recvs = sends, recvs
+    def __init__(self, where, sends, recvs):
+        self.where, self.sends, self.recvs = where, sends, recvs
+        self.statuses = [MPI.Status() for _ in range(len(recvs) + len(sends))]
 
     def run(self, bufs, comm, tag, reduction):
-        requests = [comm.Irecv([bufs[w.buf][w.lo:w.hi], _BYTE], w.peer, tag)
-                    for w, _, _ in self.recvs]
+        views = [bufs[w.buf][w.lo:w.hi] for w, _, _ in self.recvs]
+        requests = [comm.Irecv([view, _BYTE], r.wire.peer, tag)
+                    for view, r in zip(views, self.recvs)]
         requests += [comm.Isend([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag)
                      for s in self.sends]
-        wait(requests)
-        for r in self.recvs:
+        wait(requests, self.statuses)
+        for view, r, status in zip(views, self.recvs, self.statuses):
+            _check_size(status, view, r.wire.peer, self.where)
             if r.dst is not None:
                 _finish(r, bufs, reduction)
 
 
-def wait(requests) -> None:
+def wait(requests, statuses) -> None:
     """Complete ``requests``: every nonblocking wait of the executor goes through here."""
-    MPI.Request.Waitall(requests)
+    MPI.Request.Waitall(requests, statuses)
 
 
 class Plan:
@@ -123,10 +141,11 @@ class Plan:
         self.schedule = schedule
         self.scratch_count = schedule.scratch_count(rank)
         self.landing_count = 0
-        self.steps = [self._compile(step) for step in schedule.steps(rank)]
+        self.steps = [self._compile(step, f"rank {rank} step {i}")
+                      for i, step in enumerate(schedule.steps(rank))]
         self._buffers = {}
 
-    def _compile(self, step):
+    def _compile(self, step, where):
         sends = [_Span(op.peer, _BUFFER[op.chunk.buffer], op.chunk.lo, op.chunk.hi)
                  for op in step.sends]
         recvs, landed = [], 0
@@ -141,12 +160,12 @@ class Plan:
                 recvs.append(_Recv(span, None, False))
         self.landing_count = max(self.landing_count, landed)
         if len(sends) == 1 and len(recvs) == 1:
-            return _Exchange(sends[0], recvs[0])
+            return _Exchange(where, sends[0], recvs[0])
         if len(sends) == 1 and not recvs:
-            return _SendOnly(sends[0])
+            return _SendOnly(where, sends[0])
         if len(recvs) == 1 and not sends:
-            return _RecvOnly(recvs[0])
-        return _General(sends, recvs)
+            return _RecvOnly(where, recvs[0])
+        return _General(where, sends, recvs)
 
     def buffers(self, dtype: np.dtype):
         """The (scratch, landing) arrays of ``dtype`` for this plan, allocated once."""

@@ -33,12 +33,22 @@ def mpi_allreduce(comm, x, op):
     return expected, scale
 
 
-def check_against_mpi(comm, result, x, op, what=""):
-    """``result`` equals MPI_Allreduce of ``x`` within tolerance and bitwise on every rank."""
+def library_may_differ(algorithm, op, dtype):
+    """The MPI library's own max/min need not give every rank the same bits: MPICH 5.0.2
+    returns -0.0 on one rank and +0.0 on another for max(-0.0, +0.0). pyar's algorithms
+    must; ``mpi`` is only held to the numbers."""
+    return algorithm == "mpi" and Op(op) in (Op.MAX, Op.MIN) and np.dtype(dtype).kind == "f"
+
+
+def check_against_mpi(comm, result, x, op, what="", identical=True):
+    """``result`` equals MPI_Allreduce of ``x`` within tolerance and, if ``identical``, bitwise
+    on every rank."""
     op = Op(op)
     expected, scale = mpi_allreduce(comm, x, op)
     bad = mismatches(result, expected, op, comm.size, scale)
     agree(comm, bad.size == 0, f"{what}: {describe(result, expected, bad)}")
+    if not identical:
+        return
     mine = np.frombuffer(np.ascontiguousarray(result).tobytes(), np.uint8)
     root = mine.copy()
     comm.Bcast(root, root=0)

@@ -10,7 +10,7 @@ from pyar.ops import DTYPES, Op
 from pyar.schedule import Chunk, Recv, Send, Step
 from pyar.verify import sample
 
-from checks import agree, check_against_mpi
+from checks import agree, check_against_mpi, library_may_differ
 
 ALGORITHMS = pyar.algorithms()
 
@@ -26,7 +26,8 @@ def test_every_op_and_dtype(comm, algorithm):
             for count in (0, 1, max(comm.size - 1, 1), 1000):
                 x = sample(comm.rank, count, dtype, op, seed=count)
                 result = pyar.allreduce(x, op=op, algorithm=algorithm)
-                check_against_mpi(comm, result, x, op, f"{algorithm} {op} {dtype} count={count}")
+                check_against_mpi(comm, result, x, op, f"{algorithm} {op} {dtype} count={count}",
+                                  identical=not library_may_differ(algorithm, op, dtype))
 
 
 LAYOUTS = ["new", "in_place", "out", "strided_new", "strided_in_place", "strided_out"]
@@ -55,7 +56,7 @@ def test_property_against_mpi_allreduce(comm, algorithm, op, dtype, layout, shap
         result = pyar.allreduce(x, x, op=op, algorithm=algorithm)
         agree(comm, result is x, f"{what}: in place must return x")
     elif layout.endswith("out"):
-        out = np.full_like(x, 7)
+        out = np.full_like(x, 7) if layout == "out" else np.full_like(wide, 7)[..., 1::2]
         result = pyar.allreduce(x, out, op=op, algorithm=algorithm)
         agree(comm, result is out and np.array_equal(x, original),
               f"{what}: must write out and leave x alone")
@@ -64,7 +65,8 @@ def test_property_against_mpi_allreduce(comm, algorithm, op, dtype, layout, shap
         agree(comm, result is not x and np.array_equal(x, original),
               f"{what}: must return a new array and leave x alone")
     agree(comm, result.shape == shape and result.dtype == dtype, f"{what}: shape/dtype")
-    check_against_mpi(comm, result, original, op, what)
+    check_against_mpi(comm, result, original, op, what,
+                      identical=not library_may_differ(algorithm, op, dtype))
 
 
 def test_repeated_calls_interleaved_with_user_traffic(comm):
@@ -140,3 +142,52 @@ def test_mpi_ops_and_op_enum_are_accepted(comm):
     x = sample(comm.rank, 10, np.int16, "max")
     for op in (MPI.MAX, pyar.Op.MAX, "MAX"):
         check_against_mpi(comm, pyar.allreduce(x, op=op), x, "max", f"op={op}")
+
+
+@pyar.register_algorithm("broken_on_last_rank")
+def broken_on_last_rank(rank, size, count, topology=None):
+    if rank == size - 1:
+        raise RuntimeError("this builder fails on the last rank")
+    return pyar.schedule("ring", size, count).steps(rank)
+
+
+@pyar.register_algorithm("short_message")
+def short_message(rank, size, count, topology=None):
+    """Rank 0 sends one element less than rank 1 expects."""
+    if rank == 0:
+        return [Step([Send(1, Chunk("data", 0, count - 1))])]
+    return [Step([Recv(0, Chunk("data", 0, count), reduce=True)])] if rank == 1 else []
+
+
+def outcome(call):
+    try:
+        call()
+    except Exception as e:
+        return e
+    return None
+
+
+def test_a_builder_failing_on_one_rank_fails_every_rank(comm):
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    error = outcome(lambda: pyar.allreduce(np.ones(7), algorithm="broken_on_last_rank"))
+    last = comm.rank == comm.size - 1
+    agree(comm, isinstance(error, RuntimeError) if last else
+          isinstance(error, pyar.ScheduleError) and "another rank failed" in str(error),
+          f"got {error!r}")
+
+
+def test_ranks_disagreeing_on_the_count_all_get_a_mismatch_error(comm):
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    error = outcome(lambda: pyar.allreduce(np.ones(100 + comm.rank), algorithm="ring"))
+    agree(comm, isinstance(error, pyar.MismatchError), f"got {error!r}")
+
+
+def test_a_short_message_is_an_error_not_stale_data(comm):
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    error = outcome(lambda: pyar.allreduce(np.ones(4), algorithm="short_message"))
+    expected = "received 24 bytes from peer 0, expected 32"
+    agree(comm, (isinstance(error, pyar.ScheduleError) and expected in str(error))
+          if comm.rank == 1 else error is None, f"got {error!r}")

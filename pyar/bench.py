@@ -3,7 +3,8 @@
 Run under mpiexec; rank 0 prints one row per size and algorithm as it
 completes. Every rank uses the same sizes and iteration counts, so the ranks
 stay in step. Time per call is the slowest rank's average over the timed
-iterations; ``vs mpi`` is that time over MPI_Allreduce's at the same size.
+iterations; ``vs mpi`` is that time over the bare ``comm.Allreduce``'s (no
+pyar code around it) at the same size, so it includes all of pyar's overhead.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mpi4py import MPI
 from . import api, ops, tuner, verify
 from .algorithms import LIBRARY, algorithms
 from .comm import Comm
+from .executors.mpi import library_op
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -52,13 +54,23 @@ def default_iters(nbytes: int) -> int:
     return int(min(500, max(10, (16 << 20) // nbytes)))
 
 
-def _time(comm: Comm, x, out, op, algorithm, iters, warmup) -> float:
+def _call(comm: Comm, x, out, op, algorithm):
+    """One allreduce of ``x`` into ``out``; ``mpi`` is the bare MPI_Allreduce, no pyar around it."""
+    if algorithm == LIBRARY:
+        mpi_op, size = library_op(op.reduction), comm.size
+        if op is ops.Op.AVG:
+            return lambda: (comm.mpi.Allreduce(x, out, mpi_op), np.divide(out, size, out=out))
+        return lambda: comm.mpi.Allreduce(x, out, mpi_op)
+    return lambda: api.allreduce(x, out, op=op, algorithm=algorithm, comm=comm)
+
+
+def _time(comm: Comm, call, iters, warmup) -> float:
     for _ in range(warmup):
-        api.allreduce(x, out, op=op, algorithm=algorithm, comm=comm)
+        call()
     comm.mpi.Barrier()
     start = time.perf_counter()
     for _ in range(iters):
-        api.allreduce(x, out, op=op, algorithm=algorithm, comm=comm)
+        call()
     elapsed = np.array([(time.perf_counter() - start) / iters])
     comm.mpi.Allreduce(MPI.IN_PLACE, elapsed, MPI.MAX)
     return float(elapsed[0])
@@ -102,7 +114,7 @@ def run(minbytes="8", maxbytes="4M", stepfactor=4, iters=None, warmup=5, algos="
         n = iters or default_iters(nbytes)
         baseline = None
         for name in names:
-            seconds = _time(c, x, out, op, name, n, warmup)
+            seconds = _time(c, _call(c, x, out, op, name), n, warmup)
             baseline = baseline or seconds
             wrong = _wrong(c, out, x, op)
             row = dict(algorithm=name, bytes=count * dtype.itemsize, count=count, iters=n,

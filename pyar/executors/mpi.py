@@ -185,6 +185,12 @@ class Plan:
 _MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
 
+def library_op(reduction: str) -> MPI.Op:
+    """MPI's predefined op for a reduction named ``sum prod max min``."""
+    return _MPI_OPS[reduction]
+
+
 def library_allreduce(comm: MPI.Comm, data: np.ndarray, reduction: str) -> None:
     """The MPI library's own Allreduce, in place on ``data``: the baseline."""
-    comm.Allreduce(MPI.IN_PLACE, [data, MPI.Datatype.fromcode(data.dtype.char)], _MPI_OPS[reduction])
+    comm.Allreduce(MPI.IN_PLACE, [data, MPI.Datatype.fromcode(data.dtype.char)],
+                   _MPI_OPS[reduction])

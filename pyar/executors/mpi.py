@@ -138,7 +138,6 @@ class Plan:
     """One rank's schedule compiled for this executor, with its reusable buffers."""
 
     def __init__(self, schedule: Schedule, rank: int):
-        self.schedule = schedule
         self.scratch_count = schedule.scratch_count(rank)
         self.landing_count = 0
         self.steps = [self._compile(step, f"rank {rank} step {i}")

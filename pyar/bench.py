@@ -78,16 +78,17 @@ def _time(comm: Comm, call, iters, warmup) -> float:
 
 def _wrong(comm: Comm, result, x, op) -> int:
     """Elements of ``result`` that differ from MPI_Allreduce's beyond tolerance, summed over ranks."""
-    expected = np.empty_like(x)
-    api.allreduce(x, expected, op=op, algorithm=LIBRARY, comm=comm)
-    magnitude = np.abs(x.astype(np.float64))
-    api.allreduce(magnitude, magnitude, op=ops.Op.PROD if op is ops.Op.PROD else ops.Op.SUM,
-                  algorithm=LIBRARY, comm=comm)
-    if op is ops.Op.AVG:
-        magnitude /= comm.size
-    wrong = np.array([verify.mismatches(result, expected, op, comm.size, magnitude).size])
+    expected, scale = verify.library_reference(comm.mpi, x, op)
+    wrong = np.array([verify.mismatches(result, expected, op, comm.size, scale).size])
     comm.mpi.Allreduce(MPI.IN_PLACE, wrong, MPI.SUM)
     return int(wrong[0])
+
+
+def parse_algorithms(text: str, collective: str = "allreduce") -> list[str]:
+    """``all`` or a comma list of algorithm names."""
+    if text == "all":
+        return algorithms(collective)
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def run(minbytes="8", maxbytes="4M", stepfactor=4, iters=None, warmup=5, algos="all",
@@ -97,8 +98,7 @@ def run(minbytes="8", maxbytes="4M", stepfactor=4, iters=None, warmup=5, algos="
     op = ops.resolve(op)
     dtype = ops.check_dtype(dtype)
     ops.check(op, dtype)
-    names = algorithms() if algos == "all" else [a.strip() for a in algos.split(",")]
-    names = [LIBRARY] + [n for n in names if n != LIBRARY]
+    names = [LIBRARY] + [n for n in parse_algorithms(algos) if n != LIBRARY]
     for name in names:
         tuner.select("allreduce", name, c.size, 0, 0)      # unknown names fail here
     say = (lambda line: print(line, file=file, flush=True)) if c.rank == 0 else (lambda _: None)

@@ -35,8 +35,7 @@ def check_array(x, name: str = "x") -> np.ndarray:
 
 
 def prepare(x: np.ndarray, out) -> Work:
-    """The work buffer for reducing ``x`` into ``out`` (see the module docstring)."""
-    check_array(x)
+    """The work buffer for reducing ``x`` (already passed :func:`check_array`) into ``out``."""
     if out is None:
         result = np.array(x, order="C")
         return Work(result.reshape(-1), result, None)

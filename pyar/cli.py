@@ -51,9 +51,9 @@ def sim(args) -> int:
 
     import pyar
     from pyar import verify
+    from pyar.bench import parse_algorithms
 
-    names = [n for n in pyar.algorithms() if n != "mpi"] if args.algo == "all" else \
-        [a.strip() for a in args.algo.split(",")]
+    names = [n for n in parse_algorithms(args.algo) if n != "mpi"]
     schedules = [pyar.schedule(name, args.nranks, args.count) for name in names]
     inputs = [verify.sample(r, args.count, args.dtype, args.op) for r in range(args.nranks)]
     expected = verify.reference(inputs, args.op)

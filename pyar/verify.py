@@ -37,6 +37,24 @@ def magnitude(inputs, op) -> np.ndarray:
     return total / len(inputs) if op is Op.AVG else total
 
 
+def library_reference(comm, x, op):
+    """MPI_Allreduce of ``x`` on mpi4py communicator ``comm`` (the oracle), and the scale its
+    rounding error is relative to (as :func:`magnitude` gives it). Collective."""
+    from .executors.mpi import library_op
+
+    op = resolve(op)
+    x = np.ascontiguousarray(x)
+    expected = np.empty_like(x)
+    comm.Allreduce(x, expected, library_op(op.reduction))
+    contribution = np.abs(x.astype(np.float64))
+    scale = np.empty_like(contribution)
+    comm.Allreduce(contribution, scale, library_op(Op.PROD if op is Op.PROD else Op.SUM))
+    if op is Op.AVG:
+        expected /= comm.Get_size()
+        scale /= comm.Get_size()
+    return expected, scale
+
+
 def mismatches(result, expected, op, size: int, scale=None) -> np.ndarray:
     """Flat indices where ``result`` is not ``expected`` within the tolerance of ``op``.
 

@@ -4,10 +4,7 @@ import numpy as np
 from mpi4py import MPI
 
 from pyar.ops import Op
-from pyar.verify import describe, mismatches
-
-_MPI_OP = {Op.SUM: MPI.SUM, Op.AVG: MPI.SUM, Op.PROD: MPI.PROD, Op.MAX: MPI.MAX,
-           Op.MIN: MPI.MIN}
+from pyar.verify import describe, library_reference, mismatches
 
 
 def agree(comm, ok, message=""):
@@ -17,20 +14,6 @@ def agree(comm, ok, message=""):
     if not flag[0]:
         raise AssertionError(f"rank {comm.rank}: {message}" if not ok else
                              f"rank {comm.rank}: fine here, failed on another rank")
-
-
-def mpi_allreduce(comm, x, op):
-    """MPI_Allreduce of ``x`` (the oracle) and the scale its rounding error is relative to."""
-    x = np.ascontiguousarray(x)
-    expected = np.empty_like(x)
-    comm.Allreduce(x, expected, _MPI_OP[op])
-    magnitude = np.abs(x.astype(np.float64))
-    scale = np.empty_like(magnitude)
-    comm.Allreduce(magnitude, scale, MPI.PROD if op is Op.PROD else MPI.SUM)
-    if op is Op.AVG:
-        expected /= comm.size
-        scale /= comm.size
-    return expected, scale
 
 
 def library_may_differ(algorithm, op, dtype):
@@ -44,7 +27,7 @@ def check_against_mpi(comm, result, x, op, what="", identical=True):
     """``result`` equals MPI_Allreduce of ``x`` within tolerance and, if ``identical``, bitwise
     on every rank."""
     op = Op(op)
-    expected, scale = mpi_allreduce(comm, x, op)
+    expected, scale = library_reference(comm, x, op)
     bad = mismatches(result, expected, op, comm.size, scale)
     agree(comm, bad.size == 0, f"{what}: {describe(result, expected, bad)}")
     if not identical:

@@ -1,15 +1,25 @@
-"""The collectives: validate locally, pick the algorithm, execute."""
+"""The collectives: validate locally, pick the algorithm, execute.
+
+Each collective turns the caller's arrays into the one buffer its schedule
+runs on (see :mod:`pyar.collectives`), runs this rank's compiled plan on it,
+or the MPI library's own collective for ``algorithm="mpi"``, and hands back
+the result the way API.md says.
+"""
 
 from __future__ import annotations
 
-from . import buffers, ops, schedule as _schedule, tuner
+import numpy as np
+
+from . import buffers, collectives, ops, schedule as _schedule, tuner
 from .algorithms import LIBRARY, builder
 from .comm import Comm
 from .errors import MismatchError, ScheduleError
-from .executors.mpi import Plan, library_allreduce
+from .executors import mpi as library
+from .executors.mpi import Plan
 from .executors.sim import SimResult, simulate
 
-__all__ = ["allreduce", "schedule", "simulate", "SimResult"]
+__all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast", "reduce",
+           "reduce_scatter", "schedule", "simulate", "SimResult"]
 
 
 def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None):
@@ -33,50 +43,206 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None):
     work = buffers.prepare(x, out)          # last: it may write out
     data = work.data
     if name == LIBRARY:
-        library_allreduce(c.mpi, data, op.reduction)
+        library.library_allreduce(c.mpi, data, op.reduction)
     else:
-        _plan(c, "allreduce", name, data.size).run(c.mpi, c.next_tag(), data, op.reduction)
+        _run(c, "allreduce", name, data, op.reduction)
     ops.finalize(data, op, c.size)
     return work.finish()
 
 
-def _plan(c: Comm, collective: str, name: str, count: int) -> Plan:
+def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None):
+    """Reduce ``x`` over all ranks; rank r gets block r of the result, flattened.
+
+    The blocks are those ``numpy.array_split(x.ravel(), size)`` cuts. ``out``:
+    None for a new array; ``x`` to work in x (overwritten) and get a view of
+    its block; or an array of the block's shape ``(n,)`` and x's dtype.
+    """
+    op = ops.resolve(op)
+    ops.check(op, buffers.check_array(x).dtype)
+    c = Comm.of(comm)
+    name = tuner.select("reduce_scatter", algorithm, c.size, x.size, x.nbytes)
+    block = collectives.block(x.size, c.size, c.rank)
+    n = block.stop - block.start
+    if out is not None and out is not x:
+        buffers.check_out(out, (n,), x.dtype, "the block's")
+    in_place = out is x and x.flags.c_contiguous
+    if in_place and not x.flags.writeable:
+        raise ValueError("x is read-only, so it cannot be reduced in place")
+    if name == LIBRARY:
+        source = np.ascontiguousarray(x).reshape(-1)
+        result = np.empty(n, x.dtype) if out is None or out is x else out
+        library.library_reduce_scatter(c.mpi, source, result, op.reduction)
+        if in_place:
+            source[block] = result
+            result = source[block]
+    else:
+        data = x.reshape(-1) if in_place else np.array(x, order="C").reshape(-1)
+        _run(c, "reduce_scatter", name, data, op.reduction)
+        result = data[block]
+        if out is not None and out is not x:
+            out[...] = result
+            result = out
+        elif not in_place:
+            result = result.copy()          # not a view that keeps the whole buffer alive
+    ops.finalize(result, op, c.size)
+    return result
+
+
+def allgather(x, out=None, *, algorithm="auto", comm=None):
+    """Gather every rank's ``x`` on every rank: the result has shape ``(size, *x.shape)``.
+
+    Every rank passes the same shape and dtype. ``out``: None for a new array,
+    or an array of shape ``(size, *x.shape)`` and x's dtype to write.
+    """
+    buffers.check_array(x)
+    c = Comm.of(comm)
+    shape = (c.size, *x.shape)
+    name = tuner.select("allgather", algorithm, c.size, x.size * c.size, x.nbytes * c.size)
+    if out is None:
+        out = np.empty(shape, x.dtype)
+    else:
+        buffers.check_out(out, shape, x.dtype, "the gathered")
+    direct = out.flags.c_contiguous
+    data = out.reshape(-1) if direct else np.empty(out.size, x.dtype)
+    data[collectives.block(data.size, c.size, c.rank)] = x.reshape(-1)
+    if name == LIBRARY:
+        library.library_allgather(c.mpi, data)
+    else:
+        _run(c, "allgather", name, data, None)
+    if not direct:
+        out[...] = data.reshape(shape)
+    return out
+
+
+def reduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None):
+    """Reduce ``x`` over all ranks onto ``root``; the root gets the result, the others None.
+
+    ``out`` (on the root; ignored elsewhere) as for :func:`allreduce`. The
+    input is never modified unless ``out is x``.
+    """
+    op = ops.resolve(op)
+    ops.check(op, buffers.check_array(x).dtype)
+    c = Comm.of(comm)
+    _check_root(root, c.size)
+    name = tuner.select("reduce", algorithm, c.size, x.size, x.nbytes)
+    if c.rank == root:
+        work = buffers.prepare(x, out)
+        data = work.data
+    elif name == LIBRARY:
+        data = np.ascontiguousarray(x).reshape(-1)          # only read
+    elif out is x and x.flags.c_contiguous and x.flags.writeable:
+        data = x.reshape(-1)
+    else:
+        data = np.array(x, order="C").reshape(-1)           # partial sums land here
+    if name == LIBRARY:
+        library.library_reduce(c.mpi, data, op.reduction, root)
+    else:
+        _run(c, "reduce", name, data, op.reduction, root)
+    if c.rank != root:
+        return None
+    ops.finalize(data, op, c.size)
+    return work.finish()
+
+
+def bcast(x, *, root=0, algorithm="auto", comm=None):
+    """Broadcast the root's ``x`` into every rank's ``x`` (same shape and dtype); returns ``x``."""
+    buffers.check_array(x)
+    if not x.flags.writeable:
+        raise ValueError("x is read-only; bcast writes the root's data into it")
+    c = Comm.of(comm)
+    _check_root(root, c.size)
+    name = tuner.select("bcast", algorithm, c.size, x.size, x.nbytes)
+    work = buffers.prepare(x, x)
+    if name == LIBRARY:
+        library.library_bcast(c.mpi, work.data, root)
+    else:
+        _run(c, "bcast", name, work.data, None, root)
+    return work.finish()
+
+
+def alltoall(x, out=None, *, algorithm="auto", comm=None):
+    """Exchange blocks: block i of ``x`` (``x[i]``) goes to rank i; result block j came from rank j.
+
+    ``x.shape[0]`` must be the number of ranks. ``out`` as for :func:`allreduce`.
+    """
+    buffers.check_array(x)
+    c = Comm.of(comm)
+    collectives.check_alltoall(x.shape, c.size)
+    name = tuner.select("alltoall", algorithm, c.size, x.size, x.nbytes)
+    work = buffers.prepare(x, out)
+    if name == LIBRARY:
+        library.library_alltoall(c.mpi, work.data)
+    else:
+        _run(c, "alltoall", name, work.data, None)
+    return work.finish()
+
+
+_NOTHING = np.empty(0, np.uint8)
+
+
+def barrier(*, algorithm="auto", comm=None) -> None:
+    """Return once every rank of ``comm`` has entered the barrier."""
+    c = Comm.of(comm)
+    name = tuner.select("barrier", algorithm, c.size, 0, 0)
+    if name == LIBRARY:
+        c.mpi.Barrier()
+    else:
+        _run(c, "barrier", name, _NOTHING, None)
+
+
+def _check_root(root, size):
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+        raise ValueError(f"root must be a rank in [0, {size}), got {root!r}")
+
+
+def _run(c: Comm, collective: str, name: str, data, reduction, root: int = 0) -> None:
+    """Run this rank's plan of ``name`` on ``data`` (1-D, contiguous)."""
+    _plan(c, collective, name, data.size, int(root)).run(c.mpi, c.next_tag(), data, reduction)
+
+
+def _plan(c: Comm, collective: str, name: str, count: int, root: int = 0) -> Plan:
     """This rank's compiled plan, cached on the Comm (a re-registered name makes a new one)."""
     build = builder(name, collective)
-    key = (collective, name, build, count)
+    key = (collective, name, build, count, root)
     plan = c.plans.get(key)
     if plan is None:
-        plan = c.remember(key, _compile_everywhere(c, collective, name, build, count))
+        plan = c.remember(key, _compile_everywhere(c, collective, name, build, count, root))
     return plan
 
 
-def _compile_everywhere(c: Comm, collective, name, build, count) -> Plan:
+def _compile_everywhere(c: Comm, collective, name, build, count, root) -> Plan:
     """Compile this rank's plan and agree with the other ranks that all of them could.
 
     A plan is compiled on the first call with its arguments, on every rank
     alike if they call alike, so one small allreduce here turns a builder that
-    fails on some ranks, or ranks that disagree on algorithm or count, into an
-    error on every rank instead of a hang.
+    fails on some ranks, or ranks that disagree on algorithm, count or root,
+    into an error on every rank instead of a hang.
     """
     error = None
     try:
-        plan = Plan(_schedule.build(collective, name, c.size, count, build, c.topology), c.rank)
+        plan = Plan(_schedule.build(collective, name, c.size, count, build, c.topology, root),
+                    c.rank)
     except Exception as e:      # re-raised below, once the other ranks know
         error = e
-    everyone_ok, same_call = c.agree(error is None, f"{collective}/{name}/{count}")
+    everyone_ok, same_call = c.agree(error is None, f"{collective}/{name}/{count}/{root}")
     if error is not None:
         raise error
     if not everyone_ok:
         raise ScheduleError(f"another rank failed to build its {name} {collective} schedule "
                             f"for count {count}; its error says why")
     if not same_call:
-        raise MismatchError(f"ranks called {collective} with different algorithms or counts "
-                            f"(here: {name}, count {count})")
+        raise MismatchError(f"ranks called {collective} with different algorithms, counts or "
+                            f"roots (here: {name}, count {count}, root {root})")
     return plan
 
 
 def schedule(algorithm: str, size: int, count: int, *, collective: str = "allreduce",
-             topology=None) -> _schedule.Schedule:
-    """The schedule of ``algorithm`` for ``size`` ranks and ``count`` elements (memoised)."""
+             topology=None, root: int = 0) -> _schedule.Schedule:
+    """The schedule of ``algorithm`` for ``size`` ranks and a ``count``-element buffer (memoised).
+
+    ``count`` is the size of the buffer the schedule runs on (see
+    :mod:`pyar.collectives`: ``N * x.size`` for allgather); ``root`` is for
+    reduce and bcast; ``topology`` a :class:`pyar.Topology` of ``size`` ranks.
+    """
     return _schedule.build(collective, algorithm, size, count, builder(algorithm, collective),
-                           topology)
+                           topology, root)

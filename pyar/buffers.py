@@ -34,17 +34,24 @@ def check_array(x, name: str = "x") -> np.ndarray:
     return x
 
 
-def prepare(x: np.ndarray, out) -> Work:
-    """The work buffer for reducing ``x`` (already passed :func:`check_array`) into ``out``."""
-    if out is None:
-        result = np.array(x, order="C")
-        return Work(result.reshape(-1), result, None)
+def check_out(out, shape, dtype, what: str = "x's") -> np.ndarray:
+    """``out`` if it is a writeable numpy array of ``shape`` and ``dtype``; else an error."""
     check_array(out, "out")
-    if out is not x and (out.shape != x.shape or out.dtype != x.dtype):
-        raise ValueError(f"out must have x's shape {x.shape} and dtype {x.dtype}, "
+    if out.shape != tuple(shape) or out.dtype != dtype:
+        raise ValueError(f"out must have {what} shape {tuple(shape)} and dtype {dtype}, "
                          f"got {out.shape} and {out.dtype}")
     if not out.flags.writeable:
         raise ValueError("out is read-only")
+    return out
+
+
+def prepare(x: np.ndarray, out) -> Work:
+    """The work buffer for a collective on ``x`` (already passed :func:`check_array`) whose
+    result has x's shape, written to ``out``."""
+    if out is None:
+        result = np.array(x, order="C")
+        return Work(result.reshape(-1), result, None)
+    check_out(out, x.shape, x.dtype)
     if out.flags.c_contiguous:
         if out is not x:
             np.copyto(out, x)

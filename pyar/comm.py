@@ -3,16 +3,19 @@
 Each user communicator gets one private duplicate, cached on it as an MPI
 attribute (the way MPI libraries keep their own communicators), so pyar's
 messages can never match the user's and the duplicate is freed with the
-user's communicator. The Comm also caches compiled schedules and numbers the
-collectives called on it.
+user's communicator. The Comm also knows the ranks' :class:`Topology`,
+caches compiled schedules and numbers the collectives called on it.
 """
 
 from __future__ import annotations
 
+import os
 import zlib
 
 import numpy as np
 from mpi4py import MPI
+
+from .topology import Topology
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
 
@@ -44,12 +47,23 @@ class Comm:
         self.mpi.Set_name(f"pyar dup of {base.Get_name() or 'a communicator'}")
         self.rank = self.mpi.Get_rank()
         self.size = self.mpi.Get_size()
-        self.topology = None
+        self.topology = self._discover_topology()
         self.plans: dict = {}
         self._seq = 0
 
     def __repr__(self):
         return f"<pyar.Comm rank {self.rank} of {self.size}>"
+
+    def _discover_topology(self) -> Topology:
+        """Which node each rank is on: ``PYAR_RANKS_PER_NODE``, else shared-memory domains."""
+        if os.environ.get("PYAR_RANKS_PER_NODE", "").strip():
+            return Topology.from_environment(self.size, ())
+        node = self.mpi.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            first = node.allreduce(self.rank, MPI.MIN)     # the node's lowest rank names it
+        finally:
+            node.Free()
+        return Topology(self.mpi.allgather(first))
 
     @classmethod
     def of(cls, comm=None) -> Comm:

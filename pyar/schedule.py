@@ -81,14 +81,34 @@ class Step:
         return hash(self.ops)
 
 
-def split(count: int, parts: int) -> list[tuple[int, int]]:
-    """Block ranges of ``count`` elements in ``parts`` blocks, as numpy.array_split cuts them.
+SEGMENT = 1 << 15      # elements per segment of the pipelined algorithms (128 KiB of float32)
+
+
+def bounds(count: int, parts: int, lo: int = 0) -> list[int]:
+    """The ``parts + 1`` edges of ``[lo, lo + count)`` cut in blocks as numpy.array_split cuts it.
 
     The first ``count % parts`` blocks get one element more.
     """
     q, r = divmod(count, parts)
-    bounds = [i * q + min(i, r) for i in range(parts + 1)]
-    return list(zip(bounds[:-1], bounds[1:]))
+    return [lo + i * q + min(i, r) for i in range(parts + 1)]
+
+
+def split(count: int, parts: int, lo: int = 0) -> list[tuple[int, int]]:
+    """Block ranges ``(lo, hi)`` of ``[lo, lo + count)`` in ``parts`` blocks (see :func:`bounds`)."""
+    edges = bounds(count, parts, lo)
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def segments(lo: int, hi: int, parts: int) -> list[Chunk]:
+    """``[lo, hi)`` of ``data`` as ``parts`` chunks of near-equal size (some empty if it is short)."""
+    return [Chunk("data", a, b) for a, b in split(hi - lo, parts, lo)]
+
+
+def pieces(count: int, segment: int) -> int:
+    """How many segments of at most ``segment`` elements ``count`` elements need (at least 1)."""
+    if not isinstance(segment, int) or segment < 1:
+        raise ValueError(f"segment must be an int >= 1 (elements), got {segment!r}")
+    return max(1, -(-count // segment))
 
 
 def compact(op_lists) -> list[Step]:
@@ -111,22 +131,27 @@ class Schedule:
     """The steps of every rank of one collective instance.
 
     Built lazily, one rank at a time, and memoised: the MPI executor asks for
-    one rank only, the simulator for all of them.
+    one rank only, the simulator for all of them. Builders of rooted
+    collectives (reduce, bcast) write the schedule for root 0; for another
+    root every rank is renumbered relative to it (``(rank - root) % size``),
+    as MPI libraries do.
     """
 
     def __init__(self, algorithm: str, collective: str, size: int, count: int,
-                 builder: Builder, topology=None):
+                 builder: Builder, topology=None, root: int = 0):
         self.algorithm = algorithm
         self.collective = collective
         self.size = size
         self.count = count
         self.topology = topology
+        self.root = root
         self._builder = builder
         self._steps: dict[int, list[Step]] = {}
 
     def __repr__(self):
+        root = f", root={self.root}" if self.root else ""
         return (f"Schedule({self.algorithm!r}, collective={self.collective!r}, "
-                f"size={self.size}, count={self.count})")
+                f"size={self.size}, count={self.count}{root})")
 
     def steps(self, rank: int) -> list[Step]:
         """The steps of ``rank``, checked for local consistency (see :func:`check_steps`)."""
@@ -134,8 +159,13 @@ class Schedule:
             raise ValueError(f"rank must be in [0, {self.size}), got {rank}")
         steps = self._steps.get(rank)
         if steps is None:
-            steps = list(self._builder(rank, self.size, self.count, self.topology))
-            check_steps(steps, rank, self.size, self.count)
+            root, size = self.root, self.size
+            relative = (rank - root) % size
+            steps = list(self._builder(relative, size, self.count, self.topology))
+            check_steps(steps, relative, size, self.count)
+            if root:
+                steps = [Step(type(op)((op.peer + root) % size, *op[1:]) for op in step.ops)
+                         for step in steps]
             self._steps[rank] = steps
         return steps
 
@@ -183,15 +213,19 @@ def check_steps(steps: list[Step], rank: int, size: int, count: int) -> None:
 
 
 @functools.lru_cache(maxsize=32)     # a simulated 1,024-rank ring is millions of steps
-def _cached(collective, algorithm, size, count, topology, builder):
-    return Schedule(algorithm, collective, size, count, builder, topology)
+def _cached(collective, algorithm, size, count, topology, builder, root):
+    return Schedule(algorithm, collective, size, count, builder, topology, root)
 
 
 def build(collective: str, algorithm: str, size: int, count: int, builder: Builder,
-          topology=None) -> Schedule:
+          topology=None, root: int = 0) -> Schedule:
     """The (memoised) schedule of ``algorithm`` for ``size`` ranks and ``count`` elements."""
     if not isinstance(size, int) or size < 1:
         raise ValueError(f"size must be an int >= 1, got {size!r}")
     if not isinstance(count, int) or count < 0:
         raise ValueError(f"count must be an int >= 0, got {count!r}")
-    return _cached(collective, algorithm, size, count, topology, builder)
+    if not isinstance(root, int) or not 0 <= root < size:
+        raise ValueError(f"root must be a rank in [0, {size}), got {root!r}")
+    if topology is not None and topology.size != size:
+        raise ValueError(f"topology describes {topology.size} ranks, not {size}")
+    return _cached(collective, algorithm, size, count, topology, builder, root)

@@ -34,7 +34,8 @@ def test_out_contract():
     (lambda: pyar.allreduce(np.ones(3), op="xor"), ValueError, r"op must be one of \['sum'"),
     (lambda: pyar.allreduce(np.ones(3), op=MPI.BAND), ValueError, "op must be one of"),
     (lambda: pyar.allreduce(np.ones(3), algorithm="nope"), ValueError,
-     "registered: binomial, naive, rabenseifner, recursive_doubling, ring, mpi"),
+     "registered: binomial, double_binary_tree, hierarchical, naive, rabenseifner, "
+     "recursive_doubling, ring, segmented_ring, mpi"),
     (lambda: pyar.allreduce(np.ones(3, np.int32), op="avg"), TypeError, "avg.*floating"),
     (lambda: pyar.allreduce(np.ones(3, np.float16)), TypeError, "half precision.*int8, int16"),
     (lambda: pyar.allreduce(np.ones(3, np.complex64)), TypeError, "complex64 is not supported"),

@@ -57,7 +57,7 @@ def test_overlapping_folds_in_one_step_are_fine():
 
 
 def test_unknown_algorithm_lists_the_registered_ones():
-    with pytest.raises(ValueError, match="registered: binomial, naive, rabenseifner"):
+    with pytest.raises(ValueError, match="registered: binomial, double_binary_tree, hierarchical, naive"):
         pyar.schedule("nope", 4, 10)
     with pytest.raises(ValueError, match="no schedule"):
         pyar.schedule("mpi", 4, 10)
@@ -83,5 +83,12 @@ def test_schedules_are_memoised_per_arguments():
 
 
 def test_algorithms_lists_the_builtins_and_mpi():
-    assert pyar.algorithms() == ["binomial", "naive", "rabenseifner", "recursive_doubling",
-                                 "ring", "mpi"]
+    assert pyar.algorithms() == ["binomial", "double_binary_tree", "hierarchical", "naive",
+                                 "rabenseifner", "recursive_doubling", "ring", "segmented_ring",
+                                 "mpi"]
+    assert pyar.algorithms("reduce_scatter") == ["pairwise", "recursive_halving", "ring", "mpi"]
+    assert pyar.algorithms("allgather") == ["bruck", "recursive_doubling", "ring", "mpi"]
+    assert pyar.algorithms("reduce") == ["binomial", "reduce_scatter_gather", "mpi"]
+    assert pyar.algorithms("bcast") == ["binomial", "scatter_allgather", "mpi"]
+    assert pyar.algorithms("alltoall") == ["linear", "pairwise", "mpi"]
+    assert pyar.algorithms("barrier") == ["dissemination", "mpi"]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ..schedule import Builder
 
-COLLECTIVES = ("allreduce",)
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "reduce", "bcast", "alltoall",
+               "barrier")
 LIBRARY = "mpi"      # delegates to the MPI library's own collective: the baseline
 AUTO = "auto"        # the tuner's choice
 
@@ -68,4 +69,6 @@ def check_name(name: str, collective: str = "allreduce") -> str:
 
 
 # The built-in algorithms register themselves on import.
-from . import binomial, naive, rabenseifner, recursive_doubling, ring  # noqa: E402,F401
+from . import (binomial, bruck, dissemination, double_binary_tree, hierarchical,  # noqa: E402,F401
+               linear, naive, pairwise, rabenseifner, recursive_doubling, recursive_halving,
+               reduce_scatter_gather, ring, scatter_allgather, segmented_ring)

@@ -1,10 +1,10 @@
 """MPICH's fold of a non-power-of-two rank count onto the largest power of two below it.
 
 With ``size = pof2 + rem``, the first ``2*rem`` ranks pair up: each even rank
-hands its whole buffer to the odd rank after it, which folds it in and stands
-for both in the power-of-two algorithm; afterwards the odd rank hands the
-result back. The other ranks take part directly. Costs the ``2*rem`` paired
-ranks two extra steps and ``M`` extra bytes sent each.
+hands its data to the odd rank after it (``before``), which stands for both
+in the power-of-two algorithm; afterwards the odd rank hands the even rank
+its result (``after``). The other ranks take part directly. Costs the
+``2*rem`` paired ranks two extra steps.
 """
 
 from __future__ import annotations
@@ -25,15 +25,29 @@ class Fold(NamedTuple):
         """The communicator rank of power-of-two participant ``newrank``."""
         return newrank * 2 + 1 if newrank < self.rem else newrank + self.rem
 
+    def first(self, newrank: int) -> int:
+        """The lowest communicator rank participant ``newrank`` stands for."""
+        return newrank * 2 if newrank < self.rem else newrank + self.rem
 
-def fold(rank: int, size: int, count: int) -> Fold:
-    """The fold of ``rank``; its ``before``/``after`` move the whole buffer ``[0, count)``."""
+    def bounds(self, edges: list[int]) -> list[int]:
+        """Participants' block edges from the ranks' ``edges`` (a pair's blocks merge)."""
+        return [edges[self.first(v)] for v in range(self.pof2)] + [edges[-1]]
+
+
+def fold(rank: int, size: int, before, after, reduce: bool = True) -> Fold:
+    """The fold of ``rank``: the pair's even rank sends ``before`` (folded in if ``reduce``,
+    else copied) and receives ``after``; chunks are those of this rank's pair."""
     pof2 = 1 << (size.bit_length() - 1)
     rem = size - pof2
-    everything = Chunk("data", 0, count)
     if rank >= 2 * rem:
         return Fold(pof2, rem, rank - rem, [], [])
     if rank % 2 == 0:
-        return Fold(pof2, rem, -1, [[Send(rank + 1, everything)]], [[Recv(rank + 1, everything)]])
-    return Fold(pof2, rem, rank // 2, [[Recv(rank - 1, everything, reduce=True)]],
-                [[Send(rank - 1, everything)]])
+        return Fold(pof2, rem, -1, [[Send(rank + 1, before)]], [[Recv(rank + 1, after)]])
+    return Fold(pof2, rem, rank // 2, [[Recv(rank - 1, before, reduce=reduce)]],
+                [[Send(rank - 1, after)]])
+
+
+def pair_block(rank: int, edges: list[int]):
+    """The block of the even rank of ``rank``'s fold pair: what a pair hands over alone."""
+    even = rank & ~1
+    return Chunk("data", edges[even], edges[even + 1])

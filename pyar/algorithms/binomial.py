@@ -1,14 +1,19 @@
-"""Binomial-tree allreduce: a binomial reduce to rank 0, then a binomial broadcast from it.
+"""Binomial trees: reduce to the root, broadcast from it, and their block-wise cousins.
 
 Reduce: in round k, ranks with bit k set send their partial result to
 ``r - 2^k`` and drop out; the others fold in what ``r + 2^k`` sends.
 Broadcast: the same tree backwards, each rank receiving from its parent and
-then sending to its children, farthest first.
+then sending to its children, farthest first. Gather and scatter move the
+ranks' blocks along the same tree (a subtree's blocks are contiguous).
+The ``binomial`` allreduce is the reduce followed by the broadcast. Rooted
+collectives are written for root 0 (the schedule renumbers for others).
 
-Steps: up to ``ceil(log2 N)`` each way (rank 0 does both in full).
-Bytes sent per rank: at most ``ceil(log2 N) * M`` (rank 0 in the broadcast),
-``M`` for a leaf. Cost: ``2 ceil(log2 N) * (alpha + M*beta) + ceil(log2 N)*M*gamma``.
-Limits: any ``N >= 1``; rank 0's links carry every round.
+Steps: ``ceil(log2 N)`` each way at the root. Bytes sent per rank: up to
+``ceil(log2 N) * M`` (the root in the broadcast), ``M`` for a leaf.
+Cost: reduce ``ceil(log2 N) * (alpha + M*beta + M*gamma)``, broadcast
+``ceil(log2 N) * (alpha + M*beta)``, allreduce both.
+Limits: any ``N >= 1``; the root's links carry every round, and every
+round carries the whole message: for short messages.
 
 ::
 
@@ -20,6 +25,11 @@ Limits: any ``N >= 1``; rank 0's links carry every round.
 
 from ..schedule import Chunk, Recv, Send, compact
 from . import register_algorithm
+
+
+def _lowbit(rank, size):
+    """The distance to ``rank``'s parent; for the root, a power of two >= size."""
+    return rank & -rank if rank else 1 << (size - 1).bit_length()
 
 
 def reduce_to_root(rank, size, everything):
@@ -36,13 +46,41 @@ def reduce_to_root(rank, size, everything):
 
 def bcast_from_root(rank, size, everything):
     """Binomial broadcast of the whole buffer from rank 0."""
-    lowbit = rank & -rank if rank else 1 << (size - 1).bit_length()
+    lowbit = _lowbit(rank, size)
     if rank:
         yield [Recv(rank - lowbit, everything)]
     mask = lowbit >> 1
     while mask:
         if rank + mask < size:
             yield [Send(rank + mask, everything)]
+        mask >>= 1
+
+
+def _blocks(edges, first, last, size):
+    """The data chunk of blocks ``[first, min(last, size))``."""
+    return Chunk("data", edges[first], edges[min(last, size)])
+
+
+def gather_to_root(rank, size, edges):
+    """Binomial gather to rank 0: rank r starts with block r (ending at ``edges``)."""
+    lowbit = _lowbit(rank, size)
+    mask = 1
+    while mask < lowbit and rank + mask < size:
+        yield [Recv(rank + mask, _blocks(edges, rank + mask, rank + 2 * mask, size))]
+        mask <<= 1
+    if rank:
+        yield [Send(rank - lowbit, _blocks(edges, rank, rank + lowbit, size))]
+
+
+def scatter_from_root(rank, size, edges):
+    """Binomial scatter from rank 0: afterwards rank r holds block r (ending at ``edges``)."""
+    lowbit = _lowbit(rank, size)
+    if rank:
+        yield [Recv(rank - lowbit, _blocks(edges, rank, rank + lowbit, size))]
+    mask = lowbit >> 1
+    while mask:
+        if rank + mask < size:
+            yield [Send(rank + mask, _blocks(edges, rank + mask, rank + 2 * mask, size))]
         mask >>= 1
 
 
@@ -53,3 +91,13 @@ def binomial(rank, size, count, topology=None):
     everything = Chunk("data", 0, count)
     return compact([*reduce_to_root(rank, size, everything),
                     *bcast_from_root(rank, size, everything)])
+
+
+@register_algorithm("binomial", collective="reduce")
+def binomial_reduce(rank, size, count, topology=None):
+    return compact(reduce_to_root(rank, size, Chunk("data", 0, count)))
+
+
+@register_algorithm("binomial", collective="bcast")
+def binomial_bcast(rank, size, count, topology=None):
+    return compact(bcast_from_root(rank, size, Chunk("data", 0, count)))

@@ -1,13 +1,18 @@
-"""Recursive doubling allreduce: log2(N) pairwise exchanges of the whole buffer.
+"""Recursive doubling: log2(N) pairwise exchanges at doubling distances.
 
-In round k rank r exchanges everything with rank ``r XOR 2^k`` and folds in
-what it receives; after ``log2 N`` rounds every rank holds the full result.
-Other sizes use MPICH's fold (see ``_pof2``).
+Allreduce: in round k rank r exchanges everything with rank ``r XOR 2^k`` and
+folds in what it receives; after ``log2 N`` rounds every rank holds the full
+result. Allgather: the same pairs exchange what they have gathered so far, a
+range of blocks that doubles each round. Other sizes use MPICH's fold (see
+``_pof2``).
 
-Steps: ``log2 N``, plus 2 on the ``2*rem`` folded ranks (``N = pof2 + rem``).
-Bytes sent per rank: ``log2(pof2) * M`` (+ ``M`` on folded ranks).
-Cost: ``log2 N * (alpha + M*beta + M*gamma)`` for a power of two. The best
-latency of all, wasteful in bandwidth: for short messages.
+Allreduce steps: ``log2 N`` (+2 on the ``2*rem`` folded ranks, ``N = pof2 + rem``).
+Bytes sent per rank: ``log2(pof2) * M`` (+ ``M``). Cost:
+``log2 N * (alpha + M*beta + M*gamma)`` for a power of two: the best latency
+of all, wasteful in bandwidth, for short messages.
+Allgather (``M`` = the gathered total): ``log2 N`` steps, ``(N-1)/N * M``
+bytes sent, ``log2 N * alpha + (N-1)/N*M*beta``; a folded pair adds its
+even rank's block and then ``M``.
 Limits: any ``N >= 1``.
 
 ::
@@ -17,17 +22,30 @@ Limits: any ``N >= 1``.
                   1 ◄─────► 3
 """
 
-from ..schedule import Chunk, Recv, Send, compact
+from ..schedule import Chunk, Recv, Send, bounds, compact
 from . import register_algorithm
-from ._pof2 import fold
+from ._pof2 import fold, pair_block
+
+
+def allgather_doubling(newrank, pof2, edges, real):
+    """Recursive doubling among ``pof2`` participants whose blocks end at ``edges``:
+    participant v starts with block v and ends with all of them."""
+    mask = 1
+    while mask < pof2:
+        peer = real(newrank ^ mask)
+        mine = newrank & ~(mask - 1)
+        theirs = mine ^ mask
+        yield [Send(peer, Chunk("data", edges[mine], edges[mine + mask])),
+               Recv(peer, Chunk("data", edges[theirs], edges[theirs + mask]))]
+        mask *= 2
 
 
 @register_algorithm("recursive_doubling")
 def recursive_doubling(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []
-    f = fold(rank, size, count)
     everything = Chunk("data", 0, count)
+    f = fold(rank, size, everything, everything)
     exchanges = []
     if f.newrank >= 0:
         mask = 1
@@ -36,3 +54,15 @@ def recursive_doubling(rank, size, count, topology=None):
             exchanges.append([Send(peer, everything), Recv(peer, everything, reduce=True)])
             mask <<= 1
     return compact([*f.before, *exchanges, *f.after])
+
+
+@register_algorithm("recursive_doubling", collective="allgather")
+def recursive_doubling_allgather(rank, size, count, topology=None):
+    if size == 1 or count == 0:
+        return []
+    edges = bounds(count, size)
+    f = fold(rank, size, pair_block(rank, edges), Chunk("data", 0, count), reduce=False)
+    middle = []
+    if f.newrank >= 0:
+        middle = allgather_doubling(f.newrank, f.pof2, f.bounds(edges), f.real)
+    return compact([*f.before, *middle, *f.after])

@@ -4,7 +4,9 @@ The buffer is cut into ``N`` blocks as numpy.array_split cuts it. In the
 reduce-scatter each rank passes one block to its right neighbour per step
 and folds in the block arriving from its left; after ``N-1`` steps rank r
 holds block r fully reduced. The allgather passes the reduced blocks round
-the ring for another ``N-1`` steps.
+the ring for another ``N-1`` steps. The two halves are also the ``ring``
+reduce-scatter and allgather, and the groundwork of ``segmented_ring`` and
+``hierarchical``.
 
 Steps: ``2(N-1)``. Bytes sent per rank: ``2(N-1)/N * M`` (bandwidth-optimal;
 uneven blocks add at most one element per step). Cost:
@@ -19,30 +21,61 @@ Limits: any ``N >= 1``; latency grows linearly in N.
         └──────────────────────────┘
 """
 
-from ..schedule import Chunk, Recv, Send, compact, split
+from ..schedule import Recv, Send, compact, pieces, segments, split
 from . import register_algorithm
 
 
-def reduce_scatter(rank, size, count):
-    """Ring reduce-scatter: afterwards rank r holds block r (of ``split(count, size)``) reduced."""
-    blocks = split(count, size)
-    right, left = (rank + 1) % size, (rank - 1) % size
-    for s in range(size - 1):
-        yield [Send(right, Chunk("data", *blocks[(rank - s - 1) % size])),
-               Recv(left, Chunk("data", *blocks[(rank - s - 2) % size]), reduce=True)]
+def _blocks(n, lo, hi, segment):
+    """Block b of ``[lo, hi)`` (of n) as a list of segments, the same number for every block."""
+    blocks = split(hi - lo, n, lo)
+    parts = 1 if segment is None else pieces(-(-(hi - lo) // n), segment)
+    return [segments(a, b, parts) for a, b in blocks]
 
 
-def allgather(rank, size, count):
-    """Ring allgather: rank r starts with block r and ends with every block."""
-    blocks = split(count, size)
-    right, left = (rank + 1) % size, (rank - 1) % size
-    for s in range(size - 1):
-        yield [Send(right, Chunk("data", *blocks[(rank - s) % size])),
-               Recv(left, Chunk("data", *blocks[(rank - s - 1) % size]))]
+def reduce_scatter(i, group, lo, hi, segment=None):
+    """Ring reduce-scatter over ``group`` (ranks) on ``[lo, hi)``: ``group[i]`` ends with block i.
+
+    With ``segment``, blocks travel as segments of at most that many
+    elements, one per step: a rank forwards segment k while receiving k+1.
+    """
+    n = len(group)
+    blocks = _blocks(n, lo, hi, segment)
+    right, left = group[(i + 1) % n], group[(i - 1) % n]
+    for s in range(n - 1):
+        for out, into in zip(blocks[(i - s - 1) % n], blocks[(i - s - 2) % n]):
+            yield [Send(right, out), Recv(left, into, reduce=True)]
+
+
+def allgather(i, group, lo, hi, segment=None):
+    """Ring allgather over ``group`` on ``[lo, hi)``: ``group[i]`` starts with block i, ends with all."""
+    n = len(group)
+    blocks = _blocks(n, lo, hi, segment)
+    right, left = group[(i + 1) % n], group[(i - 1) % n]
+    for s in range(n - 1):
+        for out, into in zip(blocks[(i - s) % n], blocks[(i - s - 1) % n]):
+            yield [Send(right, out), Recv(left, into)]
+
+
+def allreduce(i, group, lo, hi, segment=None):
+    """Ring allreduce over ``group`` on ``[lo, hi)``: reduce-scatter, then allgather."""
+    yield from reduce_scatter(i, group, lo, hi, segment)
+    yield from allgather(i, group, lo, hi, segment)
 
 
 @register_algorithm("ring")
 def ring(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []
-    return compact([*reduce_scatter(rank, size, count), *allgather(rank, size, count)])
+    return compact(allreduce(rank, range(size), 0, count))
+
+
+@register_algorithm("ring", collective="reduce_scatter")
+def ring_reduce_scatter(rank, size, count, topology=None):
+    """Rank r ends with block r reduced; ``(N-1)/N * M`` bytes sent per rank in ``N-1`` steps."""
+    return compact(reduce_scatter(rank, range(size), 0, count))
+
+
+@register_algorithm("ring", collective="allgather")
+def ring_allgather(rank, size, count, topology=None):
+    """Every rank ends with every block; ``(N-1)/N * M`` bytes sent per rank in ``N-1`` steps."""
+    return compact(allgather(rank, range(size), 0, count))

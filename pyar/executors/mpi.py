@@ -189,7 +189,49 @@ def library_op(reduction: str) -> MPI.Op:
     return _MPI_OPS[reduction]
 
 
+def _typed(data: np.ndarray):
+    """``data`` as an MPI buffer of its own element type (for the library's reductions)."""
+    return [data, MPI.Datatype.fromcode(data.dtype.char)]
+
+
+def _bytes(data: np.ndarray):
+    """``data`` as MPI_BYTEs (for the library's data movement: any dtype)."""
+    return [data, data.nbytes, _BYTE]
+
+
+# The MPI library's own collectives: the baselines (algorithm "mpi").
+
 def library_allreduce(comm: MPI.Comm, data: np.ndarray, reduction: str) -> None:
-    """The MPI library's own Allreduce, in place on ``data``: the baseline."""
-    comm.Allreduce(MPI.IN_PLACE, [data, MPI.Datatype.fromcode(data.dtype.char)],
-                   _MPI_OPS[reduction])
+    """MPI_Allreduce in place on ``data``."""
+    comm.Allreduce(MPI.IN_PLACE, _typed(data), _MPI_OPS[reduction])
+
+
+def library_reduce_scatter(comm: MPI.Comm, data: np.ndarray, result: np.ndarray,
+                           reduction: str) -> None:
+    """MPI_Reduce_scatter of ``data`` in numpy.array_split blocks; block ``rank`` into ``result``."""
+    q, r = divmod(data.size, comm.Get_size())
+    counts = [q + (i < r) for i in range(comm.Get_size())]
+    comm.Reduce_scatter(_typed(data), _typed(result), counts, _MPI_OPS[reduction])
+
+
+def library_allgather(comm: MPI.Comm, data: np.ndarray) -> None:
+    """MPI_Allgather in place: ``data`` holds this rank's block at its place."""
+    size = comm.Get_size()
+    comm.Allgather(MPI.IN_PLACE, [data, data.nbytes // size, _BYTE])
+
+
+def library_reduce(comm: MPI.Comm, data: np.ndarray, reduction: str, root: int) -> None:
+    """MPI_Reduce in place on the root's ``data`` (other ranks' ``data`` is only read)."""
+    if comm.Get_rank() == root:
+        comm.Reduce(MPI.IN_PLACE, _typed(data), _MPI_OPS[reduction], root)
+    else:
+        comm.Reduce(_typed(data), None, _MPI_OPS[reduction], root)
+
+
+def library_bcast(comm: MPI.Comm, data: np.ndarray, root: int) -> None:
+    comm.Bcast(_bytes(data), root)
+
+
+def library_alltoall(comm: MPI.Comm, data: np.ndarray) -> None:
+    """MPI_Alltoall in place on ``data``, one block per rank."""
+    comm.Alltoall(MPI.IN_PLACE, [data, data.nbytes // comm.Get_size(), _BYTE])

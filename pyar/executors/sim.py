@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import ops
+from .. import collectives, ops
 from ..errors import ScheduleError
 from ..kernels import reduce_into
 from ..schedule import Schedule, Send
@@ -26,49 +26,67 @@ from ..schedule import Schedule, Send
 
 @dataclass
 class RankStats:
-    """What one rank did: bytes and messages sent, bytes received, steps taken."""
+    """What one rank did: bytes and messages sent, bytes received, steps taken.
+
+    With a topology, ``bytes_sent_inter_node`` counts the bytes sent to ranks
+    on other nodes (``bytes_sent_intra_node`` the rest); without one, 0.
+    """
 
     bytes_sent: int = 0
     bytes_received: int = 0
     messages: int = 0
     steps: int = 0
+    bytes_sent_inter_node: int = 0
+
+    @property
+    def bytes_sent_intra_node(self) -> int:
+        return self.bytes_sent - self.bytes_sent_inter_node
 
 
 @dataclass
 class SimResult:
-    outputs: list      # per-rank result arrays, shaped like the inputs
+    outputs: list      # per-rank results, as the collective returns them (None where it does)
     stats: list        # per-rank RankStats
 
 
-def simulate(schedule: Schedule, inputs, *, op="sum") -> SimResult:
-    """Run ``schedule`` for all its ranks at once; ``inputs[r]`` is rank r's buffer.
+def simulate(schedule: Schedule, inputs=None, *, op="sum") -> SimResult:
+    """Run ``schedule`` for all its ranks at once; ``inputs[r]`` is what rank r passes.
 
-    Each input must have ``schedule.count`` elements and all one dtype; the
-    inputs are not modified.
+    ``inputs[r]`` is the ``x`` rank r would pass to the collective (see
+    :mod:`pyar.collectives`): ``schedule.count`` elements, or ``count / size``
+    for allgather; all of one dtype; not modified. A barrier takes none.
     """
     op = ops.resolve(op)
-    size, count = schedule.size, schedule.count
-    if len(inputs) != size:
-        raise ValueError(f"need one input per rank: {size}, got {len(inputs)}")
+    collective, size, count = schedule.collective, schedule.size, schedule.count
+    if collective == "barrier":
+        inputs = [np.zeros(0, np.uint8)] * size if inputs is None else inputs
+    if inputs is None or len(inputs) != size:
+        raise ValueError(f"need one input per rank: {size}, got "
+                         f"{'none' if inputs is None else len(inputs)}")
     arrays = [np.asarray(x) for x in inputs]
     dtype = ops.check_dtype(arrays[0].dtype)
-    ops.check(op, dtype)
+    if collective in collectives.REDUCING:
+        ops.check(op, dtype)
+    expected = count // size if collective == "allgather" else count
     for r, a in enumerate(arrays):
-        if a.dtype != dtype or a.size != count:
-            raise ValueError(f"input of rank {r} must have {count} elements of {dtype}, "
-                             f"got {a.size} of {a.dtype}")
+        if a.dtype != dtype or collectives.data_count(collective, a.size, size) != count:
+            raise ValueError(f"input of rank {r} must have {expected} elements of {dtype} "
+                             f"(a {collective} of count {count}), got {a.size} of {a.dtype}")
     with _collector_paused():
         steps = [schedule.steps(r) for r in range(size)]
-        buffers = [{"data": a.reshape(-1).copy(),
+        buffers = [{"data": collectives.load(collective, a, r, size),
                     "scratch": np.zeros(schedule.scratch_count(r), dtype),
                     "written": np.zeros(schedule.scratch_count(r), bool)}
                    for r, a in enumerate(arrays)]
         stats = [RankStats(steps=len(s)) for s in steps]
-        _run(steps, buffers, stats, op.reduction, dtype.itemsize)
+        node_of = schedule.topology.node_of if schedule.topology else None
+        _run(steps, buffers, stats, op.reduction, node_of)
     outputs = []
-    for a, b in zip(arrays, buffers):
-        ops.finalize(b["data"], op, size)
-        outputs.append(b["data"].reshape(a.shape))
+    for r, (a, b) in enumerate(zip(arrays, buffers)):
+        out = collectives.result(collective, b["data"], a.shape, r, size, schedule.root)
+        if out is not None and collective in collectives.REDUCING:
+            ops.finalize(out, op, size)
+        outputs.append(out)
     return SimResult(outputs, stats)
 
 
@@ -85,7 +103,7 @@ def _collector_paused():
             gc.enable()
 
 
-def _run(steps, buffers, stats, reduction, itemsize):
+def _run(steps, buffers, stats, reduction, node_of):
     """Advance ranks step by step until all finish; a stall is a deadlock or an unmatched message.
 
     Messages from one rank to another form a channel matched in FIFO order.
@@ -120,6 +138,8 @@ def _run(steps, buffers, stats, reduction, itemsize):
                 mail[channel].append((payload, i))
                 st.bytes_sent += payload.nbytes
                 st.messages += 1
+                if node_of is not None and node_of[rank] != node_of[op.peer]:
+                    st.bytes_sent_inter_node += payload.nbytes
                 n = sent[channel]
                 sent[channel] = n + 1
                 waits.append((received, channel, n))

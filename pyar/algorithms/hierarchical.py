@@ -1,0 +1,49 @@
+"""Hierarchical allreduce: reduce-scatter within each node, allreduce across nodes, allgather within.
+
+With ``L`` the fewest ranks on any node, local ranks ``0..L-1`` of every node
+are its leaders and local rank ``j >= L`` first folds its buffer into leader
+``j mod L`` (which hands the result back at the end), so nodes of unequal
+size work. The leaders of a node ring-reduce-scatter the buffer into ``L``
+blocks; the leaders with the same local index i, one per node, ring-allreduce
+block i across the nodes; a ring allgather within each node completes the
+buffer. Only the middle phase crosses nodes, and each node sends ``2(K-1)/K
+* M`` bytes across in all (``K`` nodes), spread over its ``L`` leaders,
+against ring's ``2(N-1)/N * M`` per rank over a ring that leaves every node.
+
+Steps: ``2(L-1) + 2(K-1)`` (+2 on ranks beyond L). Cost, ``alpha_o``/``beta_o``
+for the links between nodes: ``2(L-1)*alpha + 2(L-1)/L*M*beta + 2(K-1)*alpha_o
++ 2(K-1)/(K*L)*M*beta_o + gamma terms``. Without a topology every rank is on
+one node (a plain ring). Limits: any ``N >= 1`` and any node sizes.
+
+::
+
+    node 0: 0 1     node 1: 2 3      within: 0◄►1, 2◄►3 (reduce-scatter, allgather)
+                                     across: 0◄►2 (block 0), 1◄►3 (block 1)
+"""
+
+from ..schedule import Chunk, Recv, Send, compact, split
+from ..topology import Topology
+from . import register_algorithm, ring
+
+
+@register_algorithm("hierarchical")
+def hierarchical(rank, size, count, topology=None):
+    if size == 1 or count == 0:
+        return []
+    topology = topology or Topology([0] * size)
+    nodes = topology.nodes
+    node = nodes[topology.node_of[rank]]
+    leaders = min(len(n) for n in nodes)
+    local = node.index(rank)
+    everything = Chunk("data", 0, count)
+    if local >= leaders:
+        leader = node[local % leaders]
+        return compact([[Send(leader, everything)], [Recv(leader, everything)]])
+    extras = node[local + leaders::leaders]
+    lo, hi = split(count, leaders)[local]
+    across = [n[local] for n in nodes]
+    return compact([[Recv(extra, everything, reduce=True) for extra in extras],
+                    *ring.reduce_scatter(local, node[:leaders], 0, count),
+                    *ring.allreduce(topology.node_of[rank], across, lo, hi),
+                    *ring.allgather(local, node[:leaders], 0, count),
+                    [Send(extra, everything) for extra in extras]])

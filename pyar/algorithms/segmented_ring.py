@@ -1,0 +1,24 @@
+"""Segmented (pipelined) ring allreduce: the ring with its blocks cut into segments.
+
+Open MPI's segmented ring, Gloo's chunked ring: each block travels as
+segments of at most ``segment`` elements (default :data:`pyar.schedule.SEGMENT`),
+one per step, so a rank forwards segment k while it receives k+1 and folds
+a piece that is still in cache; the landing buffer is one segment, not one
+block. Same bytes as ``ring``.
+
+Steps: ``2(N-1) * G`` with ``G = ceil(ceil(M/N) / segment)`` segments per block.
+Cost: ``2(N-1)*G*alpha + 2(N-1)/N*M*beta + (N-1)/N*M*gamma``: more latency
+terms than ``ring``, bought back on large messages. Limits: any ``N >= 1``.
+Other segment sizes: ``functools.partial(segmented_ring, segment=k)``
+registered under a name of your own.
+"""
+
+from ..schedule import SEGMENT, compact
+from . import register_algorithm, ring
+
+
+@register_algorithm("segmented_ring")
+def segmented_ring(rank, size, count, topology=None, *, segment=SEGMENT):
+    if size == 1 or count == 0:
+        return []
+    return compact(ring.allreduce(rank, range(size), 0, count, segment))

@@ -244,5 +244,7 @@ def schedule(algorithm: str, size: int, count: int, *, collective: str = "allred
     :mod:`pyar.collectives`: ``N * x.size`` for allgather); ``root`` is for
     reduce and bcast; ``topology`` a :class:`pyar.Topology` of ``size`` ranks.
     """
+    if root and collective not in collectives.ROOTED:
+        raise ValueError(f"root is for {sorted(collectives.ROOTED)}, not {collective!r}")
     return _schedule.build(collective, algorithm, size, count, builder(algorithm, collective),
                            topology, root)

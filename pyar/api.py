@@ -70,11 +70,15 @@ def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None):
         raise ValueError("x is read-only, so it cannot be reduced in place")
     if name == LIBRARY:
         source = np.ascontiguousarray(x).reshape(-1)
-        result = np.empty(n, x.dtype) if out is None or out is x else out
+        direct = out is not None and out is not x and out.flags.c_contiguous
+        result = out if direct else np.empty(n, x.dtype)
         library.library_reduce_scatter(c.mpi, source, result, op.reduction)
         if in_place:
             source[block] = result
             result = source[block]
+        elif out is not None and out is not x and not direct:
+            out[...] = result
+            result = out
     else:
         data = x.reshape(-1) if in_place else np.array(x, order="C").reshape(-1)
         _run(c, "reduce_scatter", name, data, op.reduction)

@@ -1,0 +1,210 @@
+"""The collective family against the MPI library's own, at whatever size mpiexec gives.
+
+Oracles: MPI_Reduce_scatter with numpy.array_split counts, MPI_Allgather,
+MPI_Reduce, MPI_Bcast and MPI_Alltoall on the same data. Run with
+PYAR_RANKS_PER_NODE set, ``hierarchical`` and the Comm's topology see
+several nodes.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from mpi4py import MPI
+
+import pyar
+from pyar.collectives import REDUCING
+from pyar.executors.mpi import library_op
+from pyar.ops import DTYPES, Op
+from pyar.verify import describe, mismatches, sample
+
+from checks import agree
+
+CASES = [(c, a) for c in ("reduce_scatter", "allgather", "reduce", "bcast", "alltoall")
+         for a in pyar.algorithms(c)]
+
+
+def typed(a):
+    return [a, MPI.Datatype.fromcode(a.dtype.char)]
+
+
+def oracle(comm, collective, x, op, root):
+    """(expected, scale) on this rank from the MPI library's own collective; None off the root."""
+    size, rank = comm.size, comm.rank
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if collective in ("reduce_scatter", "reduce"):
+        magnitude = np.abs(flat.astype(np.float64))
+        by = Op.PROD if op is Op.PROD else Op.SUM
+        if collective == "reduce_scatter":
+            counts = [len(b) for b in np.array_split(flat, size)]
+            expected, scale = np.empty(counts[rank], x.dtype), np.empty(counts[rank])
+            comm.Reduce_scatter(typed(flat), typed(expected), counts, library_op(op.reduction))
+            comm.Reduce_scatter(magnitude, scale, counts, library_op(by))
+        else:
+            expected, scale = np.empty_like(flat), np.empty_like(magnitude)
+            comm.Reduce(typed(flat), typed(expected), library_op(op.reduction), root)
+            comm.Reduce(magnitude, scale, library_op(by), root)
+            if rank != root:
+                return None, None
+            expected, scale = expected.reshape(x.shape), scale.reshape(x.shape)
+        if op is Op.AVG:
+            expected, scale = expected / size, scale / size
+        return expected, scale
+    if collective == "allgather":
+        expected = np.empty((size, *x.shape), x.dtype)
+        comm.Allgather([flat, MPI.BYTE], [expected, MPI.BYTE])
+    elif collective == "bcast":
+        expected = flat.copy()
+        comm.Bcast([expected, MPI.BYTE], root)
+    else:
+        expected = np.empty_like(flat)
+        comm.Alltoall([flat, MPI.BYTE], [expected, MPI.BYTE])
+    return expected.reshape(x.shape if collective != "allgather" else expected.shape), None
+
+
+def call(collective, x, out, op, algorithm, root):
+    kw = {"algorithm": algorithm}
+    if collective in REDUCING:
+        kw["op"] = op
+    if collective in ("reduce", "bcast"):
+        kw["root"] = root
+    if collective == "bcast":
+        return getattr(pyar, collective)(x, **kw)
+    return getattr(pyar, collective)(x, out, **kw)
+
+
+def check(comm, collective, algorithm, x, op, root, what, out=None):
+    """Run the collective (x is not modified by it unless in place) and hold it to the oracle.
+
+    One collective verdict per call, whatever this rank's role (root or not)."""
+    original = x.copy()
+    expected, scale = oracle(comm, collective, original, op, root)
+    result = call(collective, x, out, op, algorithm, root)
+    agree(comm, verdict(collective, result, expected, scale, op, comm.size, x.dtype) is None,
+          f"{what}: {verdict(collective, result, expected, scale, op, comm.size, x.dtype)}")
+    return result
+
+
+def verdict(collective, result, expected, scale, op, size, dtype):
+    """None if ``result`` is right, else what is wrong with it."""
+    if expected is None:
+        return None if result is None else "only the root gets a result"
+    if result is None or result.shape != expected.shape or result.dtype != dtype:
+        return f"shape/dtype {getattr(result, 'shape', None)} {getattr(result, 'dtype', None)}"
+    bad = mismatches(result, expected, op, size, scale)
+    if bad.size:
+        return describe(result, expected, bad)
+    if collective in ("allgather", "bcast", "alltoall") and result.tobytes() != expected.tobytes():
+        return "not bitwise the library's"
+    return None
+
+
+def ops_for(collective, dtype):
+    if collective not in REDUCING:
+        return [Op.SUM]
+    return [op for op in Op if op is not Op.AVG or np.dtype(dtype).kind == "f"]
+
+
+def shaped(collective, size, count):
+    return (size, count) if collective == "alltoall" else (count,)
+
+
+@pytest.mark.parametrize("collective,algorithm", CASES)
+def test_every_op_dtype_count_and_root(comm, collective, algorithm):
+    roots = sorted({0, comm.size - 1}) if collective in ("reduce", "bcast") else [0]
+    for dtype in DTYPES:
+        for op in ops_for(collective, dtype):
+            for count in (0, 1, max(comm.size - 1, 1), 1000):
+                for root in roots:
+                    x = sample(comm.rank, count * (comm.size if collective == "alltoall" else 1),
+                               dtype, op, seed=count).reshape(shaped(collective, comm.size, count))
+                    check(comm, collective, algorithm, x, op, root,
+                          f"{collective} {algorithm} {op} {dtype} count={count} root={root}")
+
+
+LAYOUTS = ["new", "in_place", "out", "strided_new", "strided_in_place", "strided_out"]
+
+
+@settings(max_examples=100)
+@given(case=st.sampled_from(CASES), op=st.sampled_from(list(Op)),
+       dtype=st.sampled_from(DTYPES), layout=st.sampled_from(LAYOUTS),
+       shape=st.one_of(st.tuples(st.integers(0, 2000)),
+                       st.lists(st.integers(0, 7), min_size=2, max_size=3).map(tuple)),
+       root=st.integers(0, 63), seed=st.integers(0, 2**16))
+def test_property_against_the_library(comm, case, op, dtype, layout, shape, root, seed):
+    collective, algorithm = case
+    if op is Op.AVG and dtype.kind != "f" or collective not in REDUCING:
+        op = Op.SUM
+    if collective == "alltoall":
+        shape = (comm.size, *shape[1:])
+    if collective == "bcast" and not layout.endswith("in_place"):
+        layout = layout.replace("new", "in_place").replace("out", "in_place")
+    if collective == "allgather" and layout.endswith("in_place"):
+        layout = layout.replace("in_place", "out")
+    root %= comm.size
+    data = sample(comm.rank, int(np.prod(shape)), dtype, op, seed).reshape(shape)
+    if layout.startswith("strided") and shape[-1] > 0:
+        wide = np.zeros(shape[:-1] + (2 * shape[-1],), dtype)
+        wide[..., ::2] = data
+        x = wide[..., ::2]
+    else:
+        x = data.copy()
+    what = f"{collective} {algorithm} {op} {dtype} {layout} shape={shape} root={root}"
+    out = None
+    if layout.endswith("in_place"):
+        out = x
+    elif layout.endswith("out"):
+        block = np.array_split(np.zeros(x.size), comm.size)[comm.rank].size
+        out_shape = {"reduce_scatter": (block,), "allgather": (comm.size, *shape)}.get(
+            collective, shape)
+        out = np.full(out_shape, 7, dtype)
+        if layout == "strided_out" and out.ndim and out.shape[-1] > 0:
+            out = np.full(out_shape[:-1] + (2 * out_shape[-1],), 7, dtype)[..., 1::2]
+    result = check(comm, collective, algorithm, x, op, root, what, out)
+    returned_out = out is None or out is x or result is None or result is out
+    agree(comm, returned_out, f"{what}: must return out")
+    agree(comm, out is x or np.array_equal(x, data), f"{what}: modified x")
+    agree(comm, collective != "bcast" or result is x, f"{what}: bcast returns x")
+
+
+def test_root_and_count_mismatches_raise_everywhere(comm):
+    """On a first call with these arguments (a plan cached on some ranks only still hangs:
+    detecting that on every call is a job for a debug mode)."""
+    if comm.size == 1:
+        return
+    with pytest.raises(pyar.MismatchError, match="roots"):
+        pyar.reduce(np.ones(4321), root=comm.rank % 2, algorithm="binomial")
+    with pytest.raises(pyar.MismatchError):
+        pyar.allgather(np.ones(4321 + comm.rank % 2), algorithm="ring")
+    agree(comm, True)
+
+
+def test_bad_arguments_are_local_errors(comm):
+    with pytest.raises(ValueError, match=r"alltoall needs x.shape\[0\] =="):
+        pyar.alltoall(np.ones((comm.size + 1, 2)))
+    with pytest.raises(ValueError, match="root must be a rank"):
+        pyar.bcast(np.ones(3), root=comm.size)
+    with pytest.raises(ValueError, match="read-only"):
+        x = np.ones(3)
+        x.flags.writeable = False
+        pyar.bcast(x)
+    with pytest.raises(ValueError, match=r"out must have the block's shape"):
+        pyar.reduce_scatter(np.ones(10 * comm.size), np.ones(3))
+    with pytest.raises(ValueError, match=r"out must have the gathered shape"):
+        pyar.allgather(np.ones(4), np.ones(4))
+
+
+def test_barrier(comm):
+    for algorithm in pyar.algorithms("barrier"):
+        for _ in range(3):
+            pyar.barrier(algorithm=algorithm)
+    agree(comm, True)
+
+
+def test_topology_follows_pyar_ranks_per_node(comm):
+    import os
+    per_node = os.environ.get("PYAR_RANKS_PER_NODE")
+    topology = pyar.Comm.of(comm).topology
+    if per_node:
+        agree(comm, topology == pyar.Topology.regular(comm.size, int(per_node)), repr(topology))
+    else:
+        agree(comm, len(topology.nodes) == 1, f"one machine, one node: {topology!r}")

@@ -1,43 +1,176 @@
-"""Reduction kernels: fold one array into another in place.
+"""Reduction kernels: fold one array into another in place, and the division that ends an average.
 
 Installed as ``pyar.kernels`` and never imports the rest of pyar, so it can be
 used, tested and benchmarked on its own. Ops are named by the strings
-``"sum" "prod" "max" "min"``.
+``"sum" "prod" "max" "min"``; dtypes are those of :data:`DTYPES`.
 
-Every kernel is commutative bit for bit (``a op b`` and ``b op a`` have the
-same bits), so that algorithms in which two ranks fold the same pair in
-opposite order (recursive doubling) still give every rank identical bits. For
-floats that needs care only in max/min: ``-0.0`` and ``+0.0`` compare equal,
-and numpy returns whichever came first; here max prefers ``+0.0`` and min
-``-0.0`` (IEEE 754-2019 maximum/minimum). One exception remains: when both
-operands are NaNs with different payloads, the first operand's payload wins.
+Host arrays (numpy) go to Numba loops compiled on first use per dtype and
+cached on disk (:mod:`.host`); device arrays (anything with
+``__cuda_array_interface__``, e.g. cupy) to numba.cuda grid-stride kernels on
+the caller's stream (:mod:`.device`, imported only then).
+
+Semantics are numpy's, made commutative bit for bit (``a op b`` and ``b op a``
+have the same bits), so that algorithms in which two ranks fold the same pair
+in opposite order (recursive doubling) still give every rank identical bits:
+
+- integers wrap as in C;
+- max/min propagate NaN; when zeros of both signs meet, max gives ``+0.0``
+  and min ``-0.0`` (IEEE 754-2019 maximum/minimum), where numpy returns
+  whichever came first;
+- every NaN a float kernel writes is the dtype's canonical quiet NaN
+  (``np.nan``'s bits), where numpy keeps the payload of the first NaN operand;
+- float16 and bfloat16 are computed as numpy and ml_dtypes compute them:
+  widen to float32, operate, round to nearest-even, i.e. bitwise
+  ``(a.astype(float32) op b.astype(float32)).astype(dtype)`` but for NaNs.
+
+Compiling takes about a second per kernel and dtype; the first use takes an
+inter-process file lock beside the Numba cache, so that ranks starting
+together neither corrupt the cache nor load each other's half-written code.
+``python -m pyar.kernels`` compiles (warms) every host kernel once.
 """
 
+import fcntl
+import os
+import tempfile
+
+import ml_dtypes
 import numpy as np
 
-__all__ = ["OPS", "reduce_into"]
+__all__ = ["OPS", "DTYPES", "reduce_into", "divide_into", "warm_up"]
 
-_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-# equal floats have equal bits but for the sign of zero: AND keeps +0.0, OR keeps -0.0
-_TIES = {"max": np.bitwise_and, "min": np.bitwise_or}
-_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+OPS = ("sum", "prod", "max", "min")
+_CODES = {op: code for code, op in enumerate(OPS)}
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = tuple(np.dtype(t) for t in (
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", BFLOAT16, "float32", "float64"))
+HALF = (np.dtype(np.float16), BFLOAT16)
+_NAMES = ", ".join(str(d) for d in DTYPES)
 
-OPS = tuple(_UFUNCS)
 
+def reduce_into(dst, src, op, *, dtype=None):
+    """``dst = dst op src`` elementwise, in place.
 
-def reduce_into(dst, src, op):
-    """``dst = dst op src`` elementwise, in place; integers wrap as in C, max/min propagate NaN.
-
-    ``dst`` and ``src`` are host arrays of one dtype and length.
+    Args:
+        dst, src: 1-D arrays of one dtype and length, both numpy or both on the
+            device (``__cuda_array_interface__``).
+        op: ``"sum" "prod" "max" "min"``.
+        dtype: the element type when the arrays' own dtype cannot say it (device
+            bfloat16 data seen as ``uint16``); default ``dst.dtype``.
     """
-    try:
-        ufunc = _UFUNCS[op]
-    except KeyError:
-        raise ValueError(f"op must be one of {OPS}, got {op!r}") from None
-    if dst.dtype.kind == "f" and op in _TIES:
-        tie = np.equal(dst, src)
-        bits = _BITS[dst.dtype.itemsize]
-        _TIES[op](dst.view(bits), src.view(bits), out=dst.view(bits), where=tie)
-        ufunc(dst, src, out=dst, where=~tie)
+    code = _CODES.get(op)
+    if code is None:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if isinstance(dst, np.ndarray):
+        kernel, args = _host_fold(dst, src, code, dtype)
+        _run(kernel, args)
     else:
-        ufunc(dst, src, out=dst)
+        from . import device
+        device.reduce_into(dst, src, code, _dtype(dst, dtype))
+
+
+def divide_into(dst, src, divisor, *, dtype=None):
+    """``dst = src / divisor`` elementwise on floating arrays: the end of an average, fused with
+    the copy to ``dst`` (``dst`` may be ``src``: in place).
+
+    Bitwise what numpy gives for float32/float64 (``np.divide(src, divisor)``,
+    the divisor rounded to the dtype first) and, for float16 and bfloat16,
+    ``(src.astype(float32) / float32(divisor)).astype(dtype)``: the divisor is
+    rounded to float32, not to the half type (numpy would round 257 to 256 in
+    bfloat16); NaNs as in :func:`reduce_into`. Same arguments as there.
+    """
+    if isinstance(dst, np.ndarray):
+        kind = _host_dtype(dst, src, dtype)
+        if kind not in HALF:
+            if kind.kind != "f":
+                raise TypeError(f"divide_into needs a floating dtype, got {kind}")
+            np.divide(src, kind.type(divisor), out=dst)
+            return
+        from . import host
+        kernel = host.divide_f16 if kind == HALF[0] else host.divide_bf16
+        _run(kernel, (dst.view(np.uint16), src.view(np.uint16), np.float32(divisor)))
+    else:
+        from . import device
+        device.divide_into(dst, src, divisor, _dtype(dst, dtype))
+
+
+def _dtype(dst, dtype):
+    found = np.dtype(dtype) if dtype is not None else np.dtype(dst.dtype)
+    if found not in DTYPES:
+        raise TypeError(f"dtype {found} is not supported; expected one of: {_NAMES}")
+    return found
+
+
+def _host_dtype(dst, src, dtype):
+    if not isinstance(src, np.ndarray) or src.dtype != dst.dtype or src.shape != dst.shape \
+            or dst.ndim != 1:
+        raise ValueError(f"dst and src must be 1-D numpy arrays of one dtype and length, got "
+                         f"{type(dst).__name__} {dst.dtype}{dst.shape} and "
+                         f"{type(src).__name__} {getattr(src, 'dtype', '?')}"
+                         f"{getattr(src, 'shape', '')}")
+    if not dst.flags.writeable:
+        raise ValueError("dst is read-only")
+    return _dtype(dst, dtype)
+
+
+_NANS = {d: d.type("nan") for d in DTYPES if d.kind == "f"}
+
+
+def _host_fold(dst, src, code, dtype):
+    """The host kernel for ``dst op= src`` and its arguments."""
+    from . import host
+
+    kind = _host_dtype(dst, src, dtype)
+    if kind.kind in "iu":
+        return host.fold_int, (dst, src, code)
+    if kind in HALF:
+        kernel = host.fold_f16 if kind == HALF[0] else host.fold_bf16
+        return kernel, (dst.view(np.uint16), src.view(np.uint16), code)
+    return host.fold_float, (dst, src, code, _NANS[kind])
+
+
+# Numba dispatchers whose signature for these argument types this process has compiled or
+# loaded from the cache; every other call goes through the lock first.
+_ready = set()
+
+
+def _run(kernel, args):
+    key = (kernel, *(a.dtype if isinstance(a, np.ndarray) else type(a) for a in args),
+           *(a.flags.c_contiguous for a in args[:2]), args[1].flags.writeable)
+    if key not in _ready:
+        with _cache_lock(kernel):
+            kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        _ready.add(key)
+    kernel(*args)
+
+
+class _cache_lock:
+    """An exclusive ``flock`` on a file beside ``kernel``'s Numba cache (else in the temp
+    directory): one process at a time compiles into, or loads from, that cache."""
+
+    def __init__(self, kernel):
+        try:
+            folder = kernel._cache._cache_path
+            os.makedirs(folder, exist_ok=True)
+        except (AttributeError, OSError):
+            folder = tempfile.gettempdir()
+        self.path = os.path.join(folder, "pyar-kernels.lock")
+
+    def __enter__(self):
+        self.file = open(self.path, "a")
+        fcntl.flock(self.file, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.file, fcntl.LOCK_UN)
+        self.file.close()
+
+
+def warm_up(dtypes=DTYPES, file=None):
+    """Compile (or load from the cache) the host kernels for ``dtypes`` on contiguous arrays."""
+    for dtype in dtypes:
+        dst, src = np.ones(4, dtype), np.ones(4, dtype)
+        reduce_into(dst, src, "sum")
+        if dtype.kind == "f" or dtype in HALF:
+            divide_into(dst, src, 2)
+        if file is not None:
+            print(f"pyar.kernels: {dtype} ready", file=file, flush=True)

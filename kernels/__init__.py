@@ -66,7 +66,7 @@ def reduce_into(dst, src, op, *, dtype=None):
         _run(kernel, args)
     else:
         from . import device
-        device.reduce_into(dst, src, code, _dtype(dst, dtype))
+        device.reduce_into(dst, src, code, _dtype(_on_device(dst), dtype))
 
 
 def divide_into(dst, src, divisor, *, dtype=None):
@@ -91,7 +91,15 @@ def divide_into(dst, src, divisor, *, dtype=None):
         _run(kernel, (dst.view(np.uint16), src.view(np.uint16), np.float32(divisor)))
     else:
         from . import device
-        device.divide_into(dst, src, divisor, _dtype(dst, dtype))
+        device.divide_into(dst, src, divisor, _dtype(_on_device(dst), dtype))
+
+
+def _on_device(x):
+    """``x`` if it is a device array (numba's simulated ones too), else a TypeError."""
+    if hasattr(x, "__cuda_array_interface__") or getattr(x, "__cuda_ndarray__", False):
+        return x
+    raise TypeError(f"expected a numpy array or a device array with __cuda_array_interface__, "
+                    f"got {type(x).__name__}")
 
 
 def _dtype(dst, dtype):
@@ -165,8 +173,15 @@ class _cache_lock:
         self.file.close()
 
 
-def warm_up(dtypes=DTYPES, file=None):
-    """Compile (or load from the cache) the host kernels for ``dtypes`` on contiguous arrays."""
+def warm_up(dtypes=DTYPES, *, fresh=False, file=None):
+    """Compile (or load from the cache) the host kernels for ``dtypes`` on contiguous arrays;
+    ``fresh``: empty their cache first."""
+    from . import host
+
+    if fresh:
+        for kernel in host.KERNELS:
+            with _cache_lock(kernel):
+                kernel._cache.flush()
     for dtype in dtypes:
         dst, src = np.ones(4, dtype), np.ones(4, dtype)
         reduce_into(dst, src, "sum")

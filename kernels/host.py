@@ -1,8 +1,9 @@
 """Host kernels: the loops of :mod:`._loops` over numpy arrays, compiled by Numba on first
 use per signature and cached on disk (``NUMBA_CACHE_DIR``, else ``__pycache__``).
 
-Numba checks a cached kernel against this file's modification time only: after
-editing ``_loops.py`` or ``_half.py``, touch this file (or clear the cache).
+Numba checks a cached kernel against this file's modification time only, not
+against ``_loops.py`` and ``_half.py``: ``python -m pyar.kernels --fresh`` (which
+``make`` runs whenever kernels/ changes) empties the cache and compiles anew.
 """
 
 from numba import njit
@@ -44,3 +45,6 @@ def divide_f16(dst, src, divisor):
 @njit(cache=True, nogil=True)
 def divide_bf16(dst, src, divisor):
     _divide_bf16(dst, src, divisor, 0, 1)
+
+
+KERNELS = (fold_int, fold_float, fold_f16, fold_bf16, divide_f16, divide_bf16)

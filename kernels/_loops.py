@@ -76,8 +76,7 @@ def loops(jit, device_jit, as_float, as_bits) -> SimpleNamespace:
             for i in range(start, n, stride):
                 dst[i] = minimum(dst[i], src[i], nan)
 
-    def half(up, down):
-        @jit
+    def half(name, up, down):
         def fold(dst, src, op, start, stride):
             """``fold_float`` on half bit patterns (uint16 arrays), through float32."""
             n = dst.size
@@ -95,17 +94,21 @@ def loops(jit, device_jit, as_float, as_bits) -> SimpleNamespace:
                 for i in range(start, n, stride):
                     dst[i] = down(minimum(up(dst[i]), up(src[i]), nan))
 
-        @jit
         def divide(dst, src, divisor, start, stride):
             """``dst[i] = src[i] / divisor`` on half bit patterns, through float32."""
             d = np.float32(divisor)
             for i in range(start, dst.size, stride):
                 dst[i] = down(up(src[i]) / d)
 
-        return fold, divide
+        # Distinct names: Numba names compiled code by qualified name, types and a per-process
+        # counter, so two closures of one name could clash when loaded from the cache together.
+        for f in (fold, divide):
+            f.__name__ = f"{f.__name__}_{name}"
+            f.__qualname__ = f"{f.__qualname__}_{name}"
+        return jit(fold), jit(divide)
 
-    fold_f16, divide_f16 = half(f16_to_f32, f32_to_f16)
-    fold_bf16, divide_bf16 = half(bf16_to_f32, f32_to_bf16)
+    fold_f16, divide_f16 = half("f16", f16_to_f32, f32_to_f16)
+    fold_bf16, divide_bf16 = half("bf16", bf16_to_f32, f32_to_bf16)
 
     @jit
     def divide_float(dst, src, divisor, start, stride):

@@ -23,15 +23,12 @@ in opposite order (recursive doubling) still give every rank identical bits:
   widen to float32, operate, round to nearest-even, i.e. bitwise
   ``(a.astype(float32) op b.astype(float32)).astype(dtype)`` but for NaNs.
 
-Compiling takes about a second per kernel and dtype; the first use takes an
-inter-process file lock beside the Numba cache, so that ranks starting
-together neither corrupt the cache nor load each other's half-written code.
-``python -m pyar.kernels`` compiles (warms) every host kernel once.
+Compiling takes seconds per kernel and dtype, so host kernels compile lazily,
+per signature, into Numba's disk cache; a compilation holds a file lock
+beside the cache (:mod:`._cache`), so that ranks starting together neither
+corrupt it nor load half-written code. ``python -m pyar.kernels`` compiles
+every host kernel once (``make`` does, before any mpiexec).
 """
-
-import fcntl
-import os
-import tempfile
 
 import ml_dtypes
 import numpy as np
@@ -55,15 +52,36 @@ def reduce_into(dst, src, op, *, dtype=None):
         dst, src: 1-D arrays of one dtype and length, both numpy or both on the
             device (``__cuda_array_interface__``).
         op: ``"sum" "prod" "max" "min"``.
-        dtype: the element type when the arrays' own dtype cannot say it (device
-            bfloat16 data seen as ``uint16``); default ``dst.dtype``.
+        dtype: the element type when the arrays' own dtype cannot say it (bfloat16
+            data seen as ``uint16``); default ``dst.dtype``.
     """
+    entry = _HOST.get(getattr(dst, "dtype", None))
+    code = _CODES.get(op)
+    if (entry is None or code is None or dtype is not None or type(dst) is not np.ndarray
+            or type(src) is not np.ndarray or src.dtype is not dst.dtype or dst.ndim != 1
+            or len(src) != len(dst) or not dst.flags.writeable):
+        return _reduce_checked(dst, src, op, dtype)       # all checks, then the same kernels
+    kernel, half, nan = entry[0]
+    if half:
+        kernel(dst.view(np.uint16), src.view(np.uint16), code)
+    elif nan is None:
+        kernel(dst, src, code)
+    else:
+        kernel(dst, src, code, nan)
+
+
+def _reduce_checked(dst, src, op, dtype):
     code = _CODES.get(op)
     if code is None:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if isinstance(dst, np.ndarray):
-        kernel, args = _host_fold(dst, src, code, dtype)
-        _run(kernel, args)
+        kernel, half, nan = _host_kernels(dst, src, dtype)[0]
+        if half:
+            kernel(dst.view(np.uint16), src.view(np.uint16), code)
+        elif nan is None:
+            kernel(dst, src, code)
+        else:
+            kernel(dst, src, code, nan)
     else:
         from . import device
         device.reduce_into(dst, src, code, _dtype(_on_device(dst), dtype))
@@ -80,15 +98,13 @@ def divide_into(dst, src, divisor, *, dtype=None):
     bfloat16); NaNs as in :func:`reduce_into`. Same arguments as there.
     """
     if isinstance(dst, np.ndarray):
-        kind = _host_dtype(dst, src, dtype)
-        if kind not in HALF:
-            if kind.kind != "f":
-                raise TypeError(f"divide_into needs a floating dtype, got {kind}")
-            np.divide(src, kind.type(divisor), out=dst)
-            return
-        from . import host
-        kernel = host.divide_f16 if kind == HALF[0] else host.divide_bf16
-        _run(kernel, (dst.view(np.uint16), src.view(np.uint16), np.float32(divisor)))
+        kernel, half, scalar = _host_kernels(dst, src, dtype)[1]
+        if kernel is None:
+            raise TypeError(f"divide_into needs a floating dtype, got {dtype or dst.dtype}")
+        if half:
+            kernel(dst.view(np.uint16), src.view(np.uint16), np.float32(divisor))
+        else:
+            kernel(src, scalar(divisor), out=dst)
     else:
         from . import device
         device.divide_into(dst, src, divisor, _dtype(_on_device(dst), dtype))
@@ -109,78 +125,50 @@ def _dtype(dst, dtype):
     return found
 
 
-def _host_dtype(dst, src, dtype):
-    if not isinstance(src, np.ndarray) or src.dtype != dst.dtype or src.shape != dst.shape \
-            or dst.ndim != 1:
+# dtype -> ((fold kernel, half?, NaN or None), (divide kernel or None, half?, divisor's type))
+_HOST = {}
+
+
+def _host_kernels(dst, src, dtype):
+    """The host kernels for ``dst`` and ``src``, after checking them (the hot path: cheap)."""
+    if not (isinstance(src, np.ndarray) and src.dtype == dst.dtype and src.shape == dst.shape
+            and dst.ndim == 1):
         raise ValueError(f"dst and src must be 1-D numpy arrays of one dtype and length, got "
                          f"{type(dst).__name__} {dst.dtype}{dst.shape} and "
                          f"{type(src).__name__} {getattr(src, 'dtype', '?')}"
                          f"{getattr(src, 'shape', '')}")
     if not dst.flags.writeable:
         raise ValueError("dst is read-only")
-    return _dtype(dst, dtype)
+    found = _HOST.get(dst.dtype if dtype is None else np.dtype(dtype))
+    if found is None:
+        if not _HOST:
+            _fill_host_table()
+        found = _HOST.get(_dtype(dst, dtype))
+    return found
 
 
-_NANS = {d: d.type("nan") for d in DTYPES if d.kind == "f"}
-
-
-def _host_fold(dst, src, code, dtype):
-    """The host kernel for ``dst op= src`` and its arguments."""
+def _fill_host_table():
     from . import host
 
-    kind = _host_dtype(dst, src, dtype)
-    if kind.kind in "iu":
-        return host.fold_int, (dst, src, code)
-    if kind in HALF:
-        kernel = host.fold_f16 if kind == HALF[0] else host.fold_bf16
-        return kernel, (dst.view(np.uint16), src.view(np.uint16), code)
-    return host.fold_float, (dst, src, code, _NANS[kind])
-
-
-# Numba dispatchers whose signature for these argument types this process has compiled or
-# loaded from the cache; every other call goes through the lock first.
-_ready = set()
-
-
-def _run(kernel, args):
-    key = (kernel, *(a.dtype if isinstance(a, np.ndarray) else type(a) for a in args),
-           *(a.flags.c_contiguous for a in args[:2]), args[1].flags.writeable)
-    if key not in _ready:
-        with _cache_lock(kernel):
-            kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-        _ready.add(key)
-    kernel(*args)
-
-
-class _cache_lock:
-    """An exclusive ``flock`` on a file beside ``kernel``'s Numba cache (else in the temp
-    directory): one process at a time compiles into, or loads from, that cache."""
-
-    def __init__(self, kernel):
-        try:
-            folder = kernel._cache._cache_path
-            os.makedirs(folder, exist_ok=True)
-        except (AttributeError, OSError):
-            folder = tempfile.gettempdir()
-        self.path = os.path.join(folder, "pyar-kernels.lock")
-
-    def __enter__(self):
-        self.file = open(self.path, "a")
-        fcntl.flock(self.file, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.file, fcntl.LOCK_UN)
-        self.file.close()
+    for d in DTYPES:
+        if d in HALF:
+            f16 = d == HALF[0]
+            _HOST[d] = ((host.fold_f16 if f16 else host.fold_bf16, True, None),
+                        (host.divide_f16 if f16 else host.divide_bf16, True, None))
+        elif d.kind == "f":
+            _HOST[d] = (host.fold_float, False, d.type("nan")), (np.divide, False, d.type)
+        else:
+            _HOST[d] = (host.fold_int, False, None), (None, False, None)
 
 
 def warm_up(dtypes=DTYPES, *, fresh=False, file=None):
     """Compile (or load from the cache) the host kernels for ``dtypes`` on contiguous arrays;
     ``fresh``: empty their cache first."""
-    from . import host
+    from . import _cache, host
 
     if fresh:
         for kernel in host.KERNELS:
-            with _cache_lock(kernel):
+            with _cache.lock(kernel):
                 kernel._cache.flush()
     for dtype in dtypes:
         dst, src = np.ones(4, dtype), np.ones(4, dtype)

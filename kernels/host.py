@@ -9,6 +9,7 @@ against ``_loops.py`` and ``_half.py``: ``python -m pyar.kernels --fresh`` (whic
 from numba import njit
 from numba.core.extending import intrinsic
 
+from ._cache import serialise
 from ._half import bitcasts
 from ._loops import loops
 
@@ -47,4 +48,5 @@ def divide_bf16(dst, src, divisor):
     _divide_bf16(dst, src, divisor, 0, 1)
 
 
-KERNELS = (fold_int, fold_float, fold_f16, fold_bf16, divide_f16, divide_bf16)
+KERNELS = tuple(map(serialise, (fold_int, fold_float, fold_f16, fold_bf16,
+                                divide_f16, divide_bf16)))

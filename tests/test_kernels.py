@@ -233,3 +233,12 @@ def test_cuda_kernels_under_the_simulator():
                           timeout=300, env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"})
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "all device kernels agree with the host kernels" in proc.stdout, proc.stdout
+
+
+def test_the_benchmark_runs_every_op_and_dtype():
+    import io
+
+    from pyar.kernels import bench
+    rows = bench.run((1,), budget=0, file=io.StringIO())
+    assert len(rows) == len(DTYPES) * len(OPS) + sum(is_float(d) for d in DTYPES)
+    assert all(row["kernel"] > 0 and row["numpy"] > 0 for row in rows)

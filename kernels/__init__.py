@@ -60,7 +60,9 @@ def reduce_into(dst, src, op, *, dtype=None):
     if (entry is None or code is None or dtype is not None or type(dst) is not np.ndarray
             or type(src) is not np.ndarray or src.dtype is not dst.dtype or dst.ndim != 1
             or len(src) != len(dst) or not dst.flags.writeable):
-        return _reduce_checked(dst, src, op, dtype)       # all checks, then the same kernels
+        entry, code = _checked(dst, src, op, dtype)      # every check; device arrays: done
+        if entry is None:
+            return
     kernel, half, nan = entry[0]
     if half:
         kernel(dst.view(np.uint16), src.view(np.uint16), code)
@@ -70,21 +72,17 @@ def reduce_into(dst, src, op, *, dtype=None):
         kernel(dst, src, code, nan)
 
 
-def _reduce_checked(dst, src, op, dtype):
+def _checked(dst, src, op, dtype):
+    """The host-table entry and op code for ``reduce_into`` after every check; for device
+    arrays, (None, None) once the device kernel is launched."""
     code = _CODES.get(op)
     if code is None:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if isinstance(dst, np.ndarray):
-        kernel, half, nan = _host_kernels(dst, src, dtype)[0]
-        if half:
-            kernel(dst.view(np.uint16), src.view(np.uint16), code)
-        elif nan is None:
-            kernel(dst, src, code)
-        else:
-            kernel(dst, src, code, nan)
-    else:
-        from . import device
-        device.reduce_into(dst, src, code, _dtype(_on_device(dst), dtype))
+        return _host_kernels(dst, src, dtype), code
+    from . import device
+    device.reduce_into(dst, src, code, _dtype(_on_device(dst), dtype))
+    return None, None
 
 
 def divide_into(dst, src, divisor, *, dtype=None):

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 from numba import config, cuda
 
+from . import HALF
 from ._half import bitcasts
 from ._loops import loops
 
@@ -79,8 +80,8 @@ def reduce_into(dst, src, code, dtype):
     d, s = _views(dst, src, dtype)
     if dtype.kind in "iu":
         _launch(_fold_int_kernel, d.size, stream, d, s, code)
-    elif dtype.itemsize == 2:
-        kernel = _fold_f16_kernel if dtype == np.float16 else _fold_bf16_kernel
+    elif dtype in HALF:
+        kernel = _fold_f16_kernel if dtype == HALF[0] else _fold_bf16_kernel
         _launch(kernel, d.size, stream, d, s, code)
     else:
         _launch(_fold_float_kernel, d.size, stream, d, s, code, dtype.type("nan"))
@@ -90,8 +91,8 @@ def divide_into(dst, src, divisor, dtype):
     """``dst = src / divisor`` on device arrays (see :func:`pyar.kernels.divide_into`)."""
     stream = _stream(dst)
     d, s = _views(dst, src, dtype)
-    if dtype.itemsize == 2 and dtype.kind != "i" and dtype.kind != "u":
-        kernel = _divide_f16_kernel if dtype == np.float16 else _divide_bf16_kernel
+    if dtype in HALF:
+        kernel = _divide_f16_kernel if dtype == HALF[0] else _divide_bf16_kernel
         _launch(kernel, d.size, stream, d, s, np.float32(divisor))
     elif dtype.kind == "f":
         _launch(_divide_float_kernel, d.size, stream, d, s, dtype.type(divisor))
@@ -113,7 +114,7 @@ def _views(dst, src, dtype):
             or s.dtype != d.dtype:
         raise ValueError(f"dst and src must be 1-D device arrays of one dtype and length, "
                          f"got {d.dtype}{d.shape} and {s.dtype}{s.shape} for {dtype}")
-    kernel_dtype = np.uint16 if dtype.itemsize == 2 and dtype.kind not in "iu" else dtype
+    kernel_dtype = np.uint16 if dtype in HALF else dtype
     return d.view(kernel_dtype), s.view(kernel_dtype)
 
 

@@ -210,6 +210,17 @@ def test_strided_and_read_only_sources():
     assert dst.tolist() == [0.0, 3.0, 6.0, 9.0, 12.0]
 
 
+def test_dtype_names_the_element_type_of_bit_patterns():
+    a = np.arange(1, 40, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    bits = a.view(np.uint16).copy()
+    reduce_into(bits, a.view(np.uint16), "prod", dtype=ml_dtypes.bfloat16)
+    assert bits.tobytes() == folded(a, a, "prod").tobytes()
+    divide_into(bits, bits, 3, dtype="bfloat16")
+    want = folded(a, a, "prod")
+    divide_into(want, want, 3)
+    assert bits.tobytes() == want.tobytes()
+
+
 def test_kernels_never_import_the_rest_of_pyar():
     import pyar.kernels
     for source in pathlib.Path(pyar.kernels.__file__).parent.glob("*.py"):

@@ -33,7 +33,7 @@ every host kernel once (``make`` does, before any mpiexec).
 import ml_dtypes
 import numpy as np
 
-__all__ = ["OPS", "DTYPES", "reduce_into", "divide_into", "warm_up"]
+__all__ = ["OPS", "DTYPES", "HALF", "BFLOAT16", "reduce_into", "divide_into", "warm_up"]
 
 OPS = ("sum", "prod", "max", "min")
 _CODES = {op: code for code, op in enumerate(OPS)}
@@ -93,7 +93,7 @@ def divide_into(dst, src, divisor, *, dtype=None):
     the divisor rounded to the dtype first) and, for float16 and bfloat16,
     ``(src.astype(float32) / float32(divisor)).astype(dtype)``: the divisor is
     rounded to float32, not to the half type (numpy would round 257 to 256 in
-    bfloat16); NaNs as in :func:`reduce_into`. Same arguments as there.
+    bfloat16), and NaNs come out canonical. Same arguments as :func:`reduce_into`.
     """
     if isinstance(dst, np.ndarray):
         kernel, half, scalar = _host_kernels(dst, src, dtype)[1]

@@ -9,7 +9,7 @@ NP       ?= 4
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 
-.PHONY: run test test-mpi bench examples clean
+.PHONY: run test test-mpi bench bench-kernels examples clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,21 +17,31 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-run: $(VENV)/.installed
+# Compile the Numba kernels into their cache in one process, before any mpiexec (ranks then
+# only load them), and anew whenever kernels/ changes.
+$(VENV)/.kernels: $(VENV)/.installed $(wildcard kernels/*.py)
+	$(PY) -m pyar.kernels --fresh
+	touch $@
+
+run: $(VENV)/.kernels
 	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m mpi4py -m pyar bench
 
-test: $(VENV)/.installed
+test: $(VENV)/.kernels
 	$(PY) -m pytest tests
 
 # The MPI tests alone, at one rank count: make test-mpi NP=3
-test-mpi: $(VENV)/.installed
+test-mpi: $(VENV)/.kernels
 	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m pytest tests/mpi -q --capture=sys
 
 bench: run
 
+# GB/s of the host reduction kernels beside numpy's, per op and dtype
+bench-kernels: $(VENV)/.kernels
+	$(PY) -m pyar.kernels.bench
+
 # Each example runs as its first line says (# mpiexec -n N python -m mpi4py examples/...);
 # -m mpi4py aborts the whole job when one rank raises, instead of leaving the others waiting.
-examples: $(VENV)/.installed
+examples: $(VENV)/.kernels
 	@set -e; for f in examples/*.py; do \
 	  n=$$(sed -n 's/^# *mpiexec -n \([0-9][0-9]*\) .*/\1/p' $$f | head -n 1); \
 	  echo "== $$f on $$n ranks"; \

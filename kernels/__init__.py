@@ -1,43 +1,177 @@
-"""Reduction kernels: fold one array into another in place.
+"""Reduction kernels: fold one array into another in place, and the division that ends an average.
 
 Installed as ``pyar.kernels`` and never imports the rest of pyar, so it can be
 used, tested and benchmarked on its own. Ops are named by the strings
-``"sum" "prod" "max" "min"``.
+``"sum" "prod" "max" "min"``; dtypes are those of :data:`DTYPES`.
 
-Every kernel is commutative bit for bit (``a op b`` and ``b op a`` have the
-same bits), so that algorithms in which two ranks fold the same pair in
-opposite order (recursive doubling) still give every rank identical bits. For
-floats that needs care only in max/min: ``-0.0`` and ``+0.0`` compare equal,
-and numpy returns whichever came first; here max prefers ``+0.0`` and min
-``-0.0`` (IEEE 754-2019 maximum/minimum). One exception remains: when both
-operands are NaNs with different payloads, the first operand's payload wins.
+Host arrays (numpy) go to Numba loops compiled on first use per dtype and
+cached on disk (:mod:`.host`); device arrays (anything with
+``__cuda_array_interface__``, e.g. cupy) to numba.cuda grid-stride kernels on
+the caller's stream (:mod:`.device`, imported only then).
+
+Semantics are numpy's, made commutative bit for bit (``a op b`` and ``b op a``
+have the same bits), so that algorithms in which two ranks fold the same pair
+in opposite order (recursive doubling) still give every rank identical bits:
+
+- integers wrap as in C;
+- max/min propagate NaN; when zeros of both signs meet, max gives ``+0.0``
+  and min ``-0.0`` (IEEE 754-2019 maximum/minimum), where numpy returns
+  whichever came first;
+- every NaN a float kernel writes is the dtype's canonical quiet NaN
+  (``np.nan``'s bits), where numpy keeps the payload of the first NaN operand;
+- float16 and bfloat16 are computed as numpy and ml_dtypes compute them:
+  widen to float32, operate, round to nearest-even, i.e. bitwise
+  ``(a.astype(float32) op b.astype(float32)).astype(dtype)`` but for NaNs.
+
+Compiling takes seconds per kernel and dtype, so host kernels compile lazily,
+per signature, into Numba's disk cache; a compilation holds a file lock
+beside the cache (:mod:`._cache`), so that ranks starting together neither
+corrupt it nor load half-written code. ``python -m pyar.kernels`` compiles
+every host kernel once (``make`` does, before any mpiexec).
 """
 
+import ml_dtypes
 import numpy as np
 
-__all__ = ["OPS", "reduce_into"]
+__all__ = ["OPS", "DTYPES", "HALF", "BFLOAT16", "reduce_into", "divide_into", "warm_up"]
 
-_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-# equal floats have equal bits but for the sign of zero: AND keeps +0.0, OR keeps -0.0
-_TIES = {"max": np.bitwise_and, "min": np.bitwise_or}
-_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+OPS = ("sum", "prod", "max", "min")
+_CODES = {op: code for code, op in enumerate(OPS)}
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = tuple(np.dtype(t) for t in (
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", BFLOAT16, "float32", "float64"))
+HALF = (np.dtype(np.float16), BFLOAT16)
+_NAMES = ", ".join(str(d) for d in DTYPES)
 
-OPS = tuple(_UFUNCS)
 
+def reduce_into(dst, src, op, *, dtype=None):
+    """``dst = dst op src`` elementwise, in place.
 
-def reduce_into(dst, src, op):
-    """``dst = dst op src`` elementwise, in place; integers wrap as in C, max/min propagate NaN.
-
-    ``dst`` and ``src`` are host arrays of one dtype and length.
+    Args:
+        dst, src: 1-D arrays of one dtype and length, both numpy or both on the
+            device (``__cuda_array_interface__``).
+        op: ``"sum" "prod" "max" "min"``.
+        dtype: the element type when the arrays' own dtype cannot say it (bfloat16
+            data seen as ``uint16``); default ``dst.dtype``.
     """
-    try:
-        ufunc = _UFUNCS[op]
-    except KeyError:
-        raise ValueError(f"op must be one of {OPS}, got {op!r}") from None
-    if dst.dtype.kind == "f" and op in _TIES:
-        tie = np.equal(dst, src)
-        bits = _BITS[dst.dtype.itemsize]
-        _TIES[op](dst.view(bits), src.view(bits), out=dst.view(bits), where=tie)
-        ufunc(dst, src, out=dst, where=~tie)
+    entry = _HOST.get(getattr(dst, "dtype", None))
+    code = _CODES.get(op)
+    if (entry is None or code is None or dtype is not None or type(dst) is not np.ndarray
+            or type(src) is not np.ndarray or src.dtype is not dst.dtype or dst.ndim != 1
+            or len(src) != len(dst) or not dst.flags.writeable):
+        entry, code = _checked(dst, src, op, dtype)      # every check; device arrays: done
+        if entry is None:
+            return
+    kernel, half, nan = entry[0]
+    if half:
+        kernel(dst.view(np.uint16), src.view(np.uint16), code)
+    elif nan is None:
+        kernel(dst, src, code)
     else:
-        ufunc(dst, src, out=dst)
+        kernel(dst, src, code, nan)
+
+
+def _checked(dst, src, op, dtype):
+    """The host-table entry and op code for ``reduce_into`` after every check; for device
+    arrays, (None, None) once the device kernel is launched."""
+    code = _CODES.get(op)
+    if code is None:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if isinstance(dst, np.ndarray):
+        return _host_kernels(dst, src, dtype), code
+    from . import device
+    device.reduce_into(dst, src, code, _dtype(_on_device(dst), dtype))
+    return None, None
+
+
+def divide_into(dst, src, divisor, *, dtype=None):
+    """``dst = src / divisor`` elementwise on floating arrays: the end of an average, fused with
+    the copy to ``dst`` (``dst`` may be ``src``: in place).
+
+    Bitwise what numpy gives for float32/float64 (``np.divide(src, divisor)``,
+    the divisor rounded to the dtype first) and, for float16 and bfloat16,
+    ``(src.astype(float32) / float32(divisor)).astype(dtype)``: the divisor is
+    rounded to float32, not to the half type (numpy would round 257 to 256 in
+    bfloat16), and NaNs come out canonical. Same arguments as :func:`reduce_into`.
+    """
+    if isinstance(dst, np.ndarray):
+        kernel, half, scalar = _host_kernels(dst, src, dtype)[1]
+        if kernel is None:
+            raise TypeError(f"divide_into needs a floating dtype, got {dtype or dst.dtype}")
+        if half:
+            kernel(dst.view(np.uint16), src.view(np.uint16), np.float32(divisor))
+        else:
+            kernel(src, scalar(divisor), out=dst)
+    else:
+        from . import device
+        device.divide_into(dst, src, divisor, _dtype(_on_device(dst), dtype))
+
+
+def _on_device(x):
+    """``x`` if it is a device array (numba's simulated ones too), else a TypeError."""
+    if hasattr(x, "__cuda_array_interface__") or getattr(x, "__cuda_ndarray__", False):
+        return x
+    raise TypeError(f"expected a numpy array or a device array with __cuda_array_interface__, "
+                    f"got {type(x).__name__}")
+
+
+def _dtype(dst, dtype):
+    found = np.dtype(dtype) if dtype is not None else np.dtype(dst.dtype)
+    if found not in DTYPES:
+        raise TypeError(f"dtype {found} is not supported; expected one of: {_NAMES}")
+    return found
+
+
+# dtype -> ((fold kernel, half?, NaN or None), (divide kernel or None, half?, divisor's type))
+_HOST = {}
+
+
+def _host_kernels(dst, src, dtype):
+    """The host kernels for ``dst`` and ``src``, after checking them (the hot path: cheap)."""
+    if not (isinstance(src, np.ndarray) and src.dtype == dst.dtype and src.shape == dst.shape
+            and dst.ndim == 1):
+        raise ValueError(f"dst and src must be 1-D numpy arrays of one dtype and length, got "
+                         f"{type(dst).__name__} {dst.dtype}{dst.shape} and "
+                         f"{type(src).__name__} {getattr(src, 'dtype', '?')}"
+                         f"{getattr(src, 'shape', '')}")
+    if not dst.flags.writeable:
+        raise ValueError("dst is read-only")
+    found = _HOST.get(dst.dtype if dtype is None else np.dtype(dtype))
+    if found is None:
+        if not _HOST:
+            _fill_host_table()
+        found = _HOST.get(_dtype(dst, dtype))
+    return found
+
+
+def _fill_host_table():
+    from . import host
+
+    for d in DTYPES:
+        if d in HALF:
+            f16 = d == HALF[0]
+            _HOST[d] = ((host.fold_f16 if f16 else host.fold_bf16, True, None),
+                        (host.divide_f16 if f16 else host.divide_bf16, True, None))
+        elif d.kind == "f":
+            _HOST[d] = (host.fold_float, False, d.type("nan")), (np.divide, False, d.type)
+        else:
+            _HOST[d] = (host.fold_int, False, None), (None, False, None)
+
+
+def warm_up(dtypes=DTYPES, *, fresh=False, file=None):
+    """Compile (or load from the cache) the host kernels for ``dtypes`` on contiguous arrays;
+    ``fresh``: empty their cache first."""
+    from . import _cache, host
+
+    if fresh:
+        for kernel in host.KERNELS:
+            with _cache.lock(kernel):
+                kernel._cache.flush()
+    for dtype in dtypes:
+        dst, src = np.ones(4, dtype), np.ones(4, dtype)
+        reduce_into(dst, src, "sum")
+        if dtype.kind == "f" or dtype in HALF:
+            divide_into(dst, src, 2)
+        if file is not None:
+            print(f"pyar.kernels: {dtype} ready", file=file, flush=True)

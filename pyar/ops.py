@@ -7,6 +7,8 @@ from enum import Enum
 
 import numpy as np
 
+from . import kernels
+
 
 class Op(str, Enum):
     """A reduction operator; also accepted as its name or as mpi4py's ``MPI.SUM`` etc."""
@@ -26,12 +28,11 @@ class Op(str, Enum):
         return self.value
 
 
-DTYPES = tuple(np.dtype(t) for t in (
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float32", "float64"))
+DTYPES = kernels.DTYPES      # int8..int64, uint8..uint64, float16, bfloat16, float32, float64
+HALF = kernels.HALF          # float16 and bfloat16 (``ml_dtypes.bfloat16``): MPI has neither
+FLOATS = frozenset(d for d in DTYPES if d.kind == "f" or d in HALF)
 _SUPPORTED = frozenset(DTYPES)
 _DTYPE_NAMES = ", ".join(str(d) for d in DTYPES)
-_NOT_YET = {"float16": "float16", "bfloat16": "bfloat16"}
 
 
 _BY_NAME = {**{o.value: o for o in Op}, **{o.name: o for o in Op}}
@@ -53,21 +54,27 @@ def resolve(op) -> Op:
 
 
 def check_dtype(dtype) -> np.dtype:
-    """``dtype`` if pyar reduces it, else a TypeError naming the supported set."""
+    """``dtype`` (a dtype or its name, ``"bfloat16"`` too) if pyar reduces it, else a TypeError
+    naming the supported set."""
     dtype = np.dtype(dtype)
     if dtype in _SUPPORTED:
         return dtype
-    hint = " (half precision comes with the Numba kernels)" if dtype.name in _NOT_YET else ""
-    raise TypeError(f"dtype {dtype} is not supported{hint}; expected one of: {_DTYPE_NAMES}")
+    raise TypeError(f"dtype {dtype} is not supported; expected one of: {_DTYPE_NAMES}")
+
+
+def is_float(dtype) -> bool:
+    """Whether ``dtype`` is a floating type (bfloat16 too, whose numpy kind is ``V``)."""
+    return np.dtype(dtype) in FLOATS
 
 
 def check(op: Op, dtype: np.dtype) -> None:
     """Raise TypeError if ``op`` is undefined on ``dtype`` (avg needs a floating dtype)."""
-    if op is Op.AVG and dtype.kind != "f":
+    if op is Op.AVG and dtype not in FLOATS:
         raise TypeError(f"op 'avg' needs a floating dtype, got {dtype}; use 'sum' and divide")
 
 
 def finalize(buf, op: Op, size: int) -> None:
-    """Finish ``op`` on a reduced buffer in place: ``avg`` divides the sum by ``size``."""
+    """Finish ``op`` on a reduced buffer in place: ``avg`` divides the sum by ``size``
+    (:func:`pyar.kernels.divide_into`: half types through float32)."""
     if op is Op.AVG and size > 1:
-        np.divide(buf, size, out=buf)
+        kernels.divide_into(buf, buf, size)

@@ -8,11 +8,14 @@ import pyar
 from pyar import tuner
 
 
-def test_single_rank_allreduce_is_a_copy_for_every_algorithm():
-    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+@pytest.mark.parametrize("dtype", ["int32", "float16", "bfloat16"])
+def test_single_rank_allreduce_is_a_copy_for_every_algorithm(dtype):
+    x = np.arange(6).astype(dtype).reshape(2, 3)
     for algorithm in pyar.algorithms():
-        y = pyar.allreduce(x, algorithm=algorithm)
-        assert y is not x and y.shape == (2, 3) and np.array_equal(y, x)
+        for op in ("sum", "avg") if dtype != "int32" else ("sum",):
+            y = pyar.allreduce(x, op=op, algorithm=algorithm)
+            assert y is not x and y.shape == (2, 3) and y.dtype == x.dtype
+            assert y.tobytes() == x.tobytes()
 
 
 def test_out_contract():
@@ -37,7 +40,8 @@ def test_out_contract():
      "registered: binomial, double_binary_tree, hierarchical, naive, rabenseifner, "
      "recursive_doubling, ring, segmented_ring, mpi"),
     (lambda: pyar.allreduce(np.ones(3, np.int32), op="avg"), TypeError, "avg.*floating"),
-    (lambda: pyar.allreduce(np.ones(3, np.float16)), TypeError, "half precision.*int8, int16"),
+    (lambda: pyar.allreduce(np.ones(3, np.complex128)), TypeError,
+     "expected one of: int8, .*, float16, bfloat16, float32, float64"),
     (lambda: pyar.allreduce(np.ones(3, np.complex64)), TypeError, "complex64 is not supported"),
     (lambda: pyar.allreduce(np.ones(3, bool)), TypeError, "expected one of"),
     (lambda: pyar.allreduce(np.ones(3), comm="world"), TypeError, "mpi4py communicator"),

@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ScheduleError
-from ..kernels import reduce_into
+from ..kernels import HALF, reduce_into
 from ..schedule import Schedule
 
 DATA, SCRATCH, LANDING = 0, 1, 2
@@ -202,13 +202,30 @@ def _bytes(data: np.ndarray):
 # The MPI library's own collectives: the baselines (algorithm "mpi").
 
 def library_allreduce(comm: MPI.Comm, data: np.ndarray, reduction: str) -> None:
-    """MPI_Allreduce in place on ``data``."""
+    """MPI_Allreduce in place on ``data``.
+
+    MPI has no bfloat16 (and float16 only as an MPICH extension), so for the
+    library's reductions half types travel widened to float32 and are rounded
+    back once at the end: twice the bytes, but the library's own optimised
+    reduction, and a single rounding.
+    """
+    if data.dtype in HALF:
+        wide = data.astype(np.float32)
+        library_allreduce(comm, wide, reduction)
+        data[...] = wide
+        return
     comm.Allreduce(MPI.IN_PLACE, _typed(data), _MPI_OPS[reduction])
 
 
 def library_reduce_scatter(comm: MPI.Comm, data: np.ndarray, result: np.ndarray,
                            reduction: str) -> None:
-    """MPI_Reduce_scatter of ``data`` in numpy.array_split blocks; block ``rank`` into ``result``."""
+    """MPI_Reduce_scatter of ``data`` in numpy.array_split blocks; block ``rank`` into ``result``
+    (half types widened, as for :func:`library_allreduce`)."""
+    if data.dtype in HALF:
+        wide = np.empty(result.size, np.float32)
+        library_reduce_scatter(comm, data.astype(np.float32), wide, reduction)
+        result[...] = wide
+        return
     q, r = divmod(data.size, comm.Get_size())
     counts = [q + (i < r) for i in range(comm.Get_size())]
     comm.Reduce_scatter(_typed(data), _typed(result), counts, _MPI_OPS[reduction])
@@ -221,7 +238,13 @@ def library_allgather(comm: MPI.Comm, data: np.ndarray) -> None:
 
 
 def library_reduce(comm: MPI.Comm, data: np.ndarray, reduction: str, root: int) -> None:
-    """MPI_Reduce in place on the root's ``data`` (other ranks' ``data`` is only read)."""
+    """MPI_Reduce in place on the root's ``data``, other ranks' only read (half types
+    widened, as for :func:`library_allreduce`)."""
+    if data.dtype in HALF:
+        wide = data.astype(np.float32)
+        library_reduce(comm, wide, reduction, root)
+        data[...] = wide
+        return
     if comm.Get_rank() == root:
         comm.Reduce(MPI.IN_PLACE, _typed(data), _MPI_OPS[reduction], root)
     else:

@@ -3,7 +3,7 @@
 import numpy as np
 from mpi4py import MPI
 
-from pyar.ops import Op
+from pyar.ops import Op, is_float
 from pyar.verify import describe, library_reference, mismatches
 
 
@@ -20,12 +20,12 @@ def library_may_differ(algorithm, op, dtype):
     """The MPI library's own max/min need not give every rank the same bits: MPICH 5.0.2
     returns -0.0 on one rank and +0.0 on another for max(-0.0, +0.0). pyar's algorithms
     must; ``mpi`` is only held to the numbers."""
-    return algorithm == "mpi" and Op(op) in (Op.MAX, Op.MIN) and np.dtype(dtype).kind == "f"
+    return algorithm == "mpi" and Op(op) in (Op.MAX, Op.MIN) and is_float(dtype)
 
 
 def check_against_mpi(comm, result, x, op, what="", identical=True):
     """``result`` equals MPI_Allreduce of ``x`` within tolerance and, if ``identical``, bitwise
-    on every rank."""
+    on every rank (half types: MPI_Allreduce on ``x`` widened to float32)."""
     op = Op(op)
     expected, scale = library_reference(comm, x, op)
     bad = mismatches(result, expected, op, comm.size, scale)

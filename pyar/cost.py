@@ -80,10 +80,6 @@ class Terms(NamedTuple):
     folded: float
     steps: float
 
-    def seconds(self, params: Params, gamma: float) -> float:
-        return (self.messages * params.alpha + self.bytes * params.beta
-                + self.folded * gamma + self.steps * params.delta)
-
 
 class Prediction(NamedTuple):
     """The predicted time and its parts, in seconds."""
@@ -134,7 +130,8 @@ def formula(collective: str, algorithm: str, size: int, nbytes: int) -> Terms | 
     None when ``algorithm`` has no closed form (a user's, or a built-in name
     registered again). Exact (equal to :func:`predict`) for message sizes
     divisible by the number of blocks; otherwise within one element per
-    message of it.
+    message of it. With fewer elements than ranks the schedules leave out
+    empty messages, which the closed forms still count.
     """
     closed = _FORMULAS.get(builder(algorithm, collective))
     if closed is None:

@@ -7,7 +7,7 @@ import pytest
 
 import pyar
 from pyar import cost
-from pyar.algorithms import _registry
+from pyar.algorithms import COLLECTIVES, _registry
 from pyar.schedule import Chunk, Recv, Send, Step
 
 # distinct powers of two, so a term counted in the wrong place cannot go unseen
@@ -92,20 +92,31 @@ def test_reduction_cost_follows_the_dtype():
     assert unmeasured.gamma == pytest.approx(unmeasured.terms.folded * 2.0**-22)   # the slowest
 
 
-@pytest.mark.parametrize("name", CLASSIC)
+CLOSED_FORMS = [(collective, name) for collective in COLLECTIVES
+                for name in pyar.algorithms(collective)
+                if _registry[collective].get(name) in cost._FORMULAS]
+
+
+def test_every_classic_algorithm_has_a_closed_form():
+    assert set(CLASSIC) <= {name for _, name in CLOSED_FORMS}
+
+
+@pytest.mark.parametrize("collective,name", CLOSED_FORMS)
 @pytest.mark.parametrize("n", range(1, 18))
-def test_closed_forms_equal_the_schedules(name, n):
+def test_closed_forms_equal_the_schedules(collective, name, n):
     pof2 = 1 << (n.bit_length() - 1)
     count = 2 * n * pof2
-    want = predicted(name, n, count).terms
-    assert_terms(cost.formula("allreduce", name, n, 4 * count), want, (name, n))
+    s = pyar.schedule(name, n, count, collective=collective)
+    assert_terms(cost.formula(collective, name, n, 4 * count), cost.predict(s, PARAMS).terms,
+                 (name, n))
 
 
-@pytest.mark.parametrize("name", CLASSIC)
+@pytest.mark.parametrize("collective,name", CLOSED_FORMS)
 @pytest.mark.parametrize("n,count", [(3, 10), (5, 7), (8, 13), (12, 1001)])
-def test_closed_forms_are_within_an_element_per_message_for_uneven_counts(name, n, count):
-    got = predicted(name, n, count).terms
-    closed = cost.formula("allreduce", name, n, 4 * count)
+def test_closed_forms_are_within_an_element_per_message_for_uneven_counts(collective, name, n,
+                                                                           count):
+    got = cost.predict(pyar.schedule(name, n, count, collective=collective), PARAMS).terms
+    closed = cost.formula(collective, name, n, 4 * count)
     assert (got.messages, got.steps) == (closed.messages, closed.steps)
     assert abs(got.bytes - closed.bytes) <= 4 * got.messages
     assert abs(got.folded - closed.folded) <= 4 * got.messages

@@ -1,4 +1,4 @@
-"""The ``pyar`` command (also ``python -m pyar``): ``info``, ``bench``, ``sim``, ``model``, ``tune``."""
+"""The ``pyar`` command (also ``python -m pyar``): info, bench, sim, model and tune."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ class Params(NamedTuple):
     delta: float = 0.0
 
     def gamma_of(self, dtype) -> float:
-        """Seconds per byte folded for ``dtype``; the slowest known one for a dtype not measured."""
+        """Seconds per byte folded for ``dtype``; for a dtype not measured, the slowest one's."""
         found = self.gamma.get(np.dtype(dtype).name)
         return max(self.gamma.values()) if found is None else found
 
@@ -190,7 +190,7 @@ def _timeline(steps, itemsize, alpha, beta, gamma, delta):
     done = [None] * size            # per rank: when its last step ended
     send_free = [_ZERO] * size      # when each rank's send port is free
     recv_free = [_ZERO] * size      # when each rank's receive port is free
-    unmatched = {}                  # 2*channel + is_send -> deque of (path, nbytes, fold)
+    unmatched = {}                  # 2*channel + is_send -> deque of (path, nbytes, fold) posted
     ready = []                      # heap of (seconds, seq, path, src, dst, nbytes, fold)
     seq = 0
     push = heapq.heappush
@@ -207,22 +207,19 @@ def _timeline(steps, itemsize, alpha, beta, gamma, delta):
             for op in ops:
                 peer, (_, lo, hi) = op[0], op[1]
                 nbytes = (hi - lo) * itemsize
-                if type(op) is Send:
-                    src, dst, fold, key = rank, peer, False, 2 * (rank * size + peer)
-                    theirs, key = key, key + 1
-                else:
-                    src, dst, fold, key = peer, rank, op[2], 2 * (peer * size + rank)
-                    theirs = key + 1
-                waiting = unmatched.get(theirs)
+                is_send = type(op) is Send
+                src, dst, fold = (rank, peer, False) if is_send else (peer, rank, op[2])
+                channel = 2 * (src * size + dst)            # + 1 for its sends, + 0 receives
+                waiting = unmatched.get(channel + (not is_send))
                 if not waiting:
-                    unmatched.setdefault(key, deque()).append((at, nbytes, fold))
+                    unmatched.setdefault(channel + is_send, deque()).append((at, nbytes, fold))
                     continue
                 their_at, their_bytes, their_fold = waiting.popleft()
                 if their_bytes != nbytes:
+                    sent, expected = (nbytes, their_bytes) if is_send else (their_bytes, nbytes)
                     raise ScheduleError(
-                        f"size mismatch: rank {dst} expects {nbytes if dst == rank else their_bytes}"
-                        f" bytes where rank {src} sends {their_bytes if dst == rank else nbytes} "
-                        f"(rank {rank} step {current[rank]})")
+                        f"size mismatch: rank {src} sends rank {dst} {sent} bytes, which it "
+                        f"receives as {expected} (rank {rank} step {current[rank]})")
                 both = at if at[0] >= their_at[0] else their_at
                 push(ready, (both[0], seq, both, src, dst, nbytes, fold or their_fold))
                 seq += 1

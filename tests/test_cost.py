@@ -20,7 +20,7 @@ def terms(messages, nbytes, folded, steps):
 
 
 def textbook(name, n, m):
-    """Thakur-Rabenseifner-Gropp, for n a power of two and m bytes divisible by n; delta per step."""
+    """Thakur-Rabenseifner-Gropp for n a power of two, m bytes divisible by n; delta per step."""
     k = int(math.log2(n))
     return {
         "ring": terms(2 * (n - 1), 2 * (n - 1) / n * m, (n - 1) / n * m, 2 * (n - 1)),
@@ -196,8 +196,12 @@ def test_a_message_waits_for_its_receiver_to_post():
 
 def test_bad_schedules_are_schedule_errors():
     one, two = Chunk("data", 0, 1), Chunk("data", 0, 2)
-    with pytest.raises(pyar.ScheduleError, match="size mismatch"):
+    with pytest.raises(pyar.ScheduleError, match="rank 0 sends rank 1 4 bytes, which it "
+                                                 "receives as 8"):
         cost.predict(Listed([[Send(1, one)]], [[Recv(0, two)]]), PARAMS)
+    with pytest.raises(pyar.ScheduleError, match="rank 1 sends rank 0 4 bytes, which it "
+                                                 "receives as 8"):
+        cost.predict(Listed([[Recv(1, two)]], [[Send(0, one)]]), PARAMS)
     with pytest.raises(pyar.ScheduleError, match="deadlock or unmatched.*rank 0"):
         cost.predict(Listed([[Recv(1, one)], [Send(1, one)]], [[Recv(0, one)], [Send(0, one)]]),
                      PARAMS)

@@ -176,21 +176,24 @@ def predict(schedule: Schedule, params: Params, dtype="float32") -> Prediction:
 def _timeline(steps, itemsize, alpha, beta, gamma, delta):
     """When each rank ends, as a path tuple ``(seconds, messages, bytes, folded, steps)``.
 
-    Event-driven: a heap of ready messages in time order. Each path tuple
-    carries the counts along the path that set its time, so the critical
-    path's terms come out with the time. (Written for speed: a 1,024-rank
-    ring is two million messages.)
+    Event-driven. A rank's ports only ever carry its current step's messages,
+    so a message alone on both its ports (the sender's only send of the
+    step, the receiver's only receive) starts as soon as it is ready; the
+    others wait in a heap and take the ports in the order they became ready.
+    Each path tuple carries the counts along the path that set its time, so
+    the critical path's terms come out with the time. (Written for speed: a
+    1,024-rank ring is two million messages.)
     """
     size = len(steps)
     current = [0] * size
     outstanding = [0] * size        # messages of the current step not yet delivered
-    posted = [_ZERO] * size         # per rank: when it posted its current step
     ends = [_ZERO] * size           # per rank: its current step's latest delivery so far
     folds = [0] * size              # per rank: bytes its current step folds
     done = [None] * size            # per rank: when its last step ended
     send_free = [_ZERO] * size      # when each rank's send port is free
     recv_free = [_ZERO] * size      # when each rank's receive port is free
-    unmatched = {}                  # 2*channel + is_send -> deque of (path, nbytes, fold) posted
+    unmatched = {}                  # 2*channel + is_send -> deque of (path, nbytes, fold, alone)
+    now = []                        # ready messages alone on their ports
     ready = []                      # heap of (seconds, seq, path, src, dst, nbytes, fold)
     seq = 0
     push = heapq.heappush
@@ -201,28 +204,35 @@ def _timeline(steps, itemsize, alpha, beta, gamma, delta):
         mine = steps[rank]
         while current[rank] < len(mine):
             at = (at[0] + delta, at[1], at[2], at[3], at[4] + 1)
-            ops = mine[current[rank]].ops
-            posted[rank], ends[rank], folds[rank] = at, at, 0
-            outstanding[rank] = len(ops)
+            step = mine[current[rank]]
+            ops = step.ops
+            ends[rank], folds[rank], outstanding[rank] = at, 0, len(ops)
+            one_send, one_recv = len(step.sends) == 1, len(step.recvs) == 1
             for op in ops:
                 peer, (_, lo, hi) = op[0], op[1]
                 nbytes = (hi - lo) * itemsize
-                is_send = type(op) is Send
-                src, dst, fold = (rank, peer, False) if is_send else (peer, rank, op[2])
+                if type(op) is Send:
+                    is_send, src, dst, fold, alone = True, rank, peer, False, one_send
+                else:
+                    is_send, src, dst, fold, alone = False, peer, rank, op[2], one_recv
                 channel = 2 * (src * size + dst)            # + 1 for its sends, + 0 receives
                 waiting = unmatched.get(channel + (not is_send))
                 if not waiting:
-                    unmatched.setdefault(channel + is_send, deque()).append((at, nbytes, fold))
+                    unmatched.setdefault(channel + is_send, deque()).append(
+                        (at, nbytes, fold, alone))
                     continue
-                their_at, their_bytes, their_fold = waiting.popleft()
+                their_at, their_bytes, their_fold, their_alone = waiting.popleft()
                 if their_bytes != nbytes:
                     sent, expected = (nbytes, their_bytes) if is_send else (their_bytes, nbytes)
                     raise ScheduleError(
                         f"size mismatch: rank {src} sends rank {dst} {sent} bytes, which it "
                         f"receives as {expected} (rank {rank} step {current[rank]})")
                 both = at if at[0] >= their_at[0] else their_at
-                push(ready, (both[0], seq, both, src, dst, nbytes, fold or their_fold))
-                seq += 1
+                if alone and their_alone:
+                    now.append((both, src, dst, nbytes, fold or their_fold))
+                else:
+                    push(ready, (both[0], seq, both, src, dst, nbytes, fold or their_fold))
+                    seq += 1
             if ops:
                 return
             current[rank] += 1          # an empty step costs only its overhead
@@ -240,17 +250,22 @@ def _timeline(steps, itemsize, alpha, beta, gamma, delta):
             current[rank] += 1
             post(rank, (e[0] + f * gamma, e[1], e[2], e[3] + f, e[4]))
 
+    # Messages alone on their ports go first: those they lead to are ready no earlier than
+    # they are, so the heap still hands the shared ports out in time order.
     pop = heapq.heappop
     for rank in range(size):
         post(rank, _ZERO)
-    while ready:
-        _, _, at, src, dst, nbytes, fold = pop(ready)
-        free = send_free[src]
-        if free[0] > at[0]:
-            at = free
-        free = recv_free[dst]
-        if free[0] > at[0]:
-            at = free
+    while now or ready:
+        if now:
+            at, src, dst, nbytes, fold = now.pop()
+        else:
+            _, _, at, src, dst, nbytes, fold = pop(ready)
+            free = send_free[src]
+            if free[0] > at[0]:
+                at = free
+            free = recv_free[dst]
+            if free[0] > at[0]:
+                at = free
         end = (at[0] + alpha + nbytes * beta, at[1] + 1, at[2] + nbytes, at[3], at[4])
         send_free[src] = recv_free[dst] = end
         deliver(src, end, nbytes, False)

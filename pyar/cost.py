@@ -111,34 +111,34 @@ def _ceil_log2(n: int) -> int:
     return (n - 1).bit_length()
 
 
-_FORMULAS = {     # built-in builder -> (size, M) -> Terms; tests check them against predict()
-    ring.ring: lambda n, m: Terms(2 * (n - 1), 2 * (n - 1) / n * m, (n - 1) / n * m,
-                                  2 * (n - 1)),
-    recursive_doubling.recursive_doubling: lambda n, m: _fold(
+_FORMULAS = {     # built-in builder -> (size, count, M bytes) -> Terms; tests check each one
+    ring.ring: lambda n, count, m: Terms(2 * (n - 1), 2 * (n - 1) / n * m, (n - 1) / n * m,
+                                         2 * (n - 1)),
+    recursive_doubling.recursive_doubling: lambda n, count, m: _fold(
         n, m, lambda p, k: Terms(k, k * m, k * m, k)),
-    rabenseifner.rabenseifner: lambda n, m: _fold(
+    rabenseifner.rabenseifner: lambda n, count, m: _fold(
         n, m, lambda p, k: Terms(2 * k, 2 * (p - 1) / p * m, (p - 1) / p * m, 2 * k)),
-    binomial.binomial: lambda n, m: Terms(2 * _ceil_log2(n), 2 * _ceil_log2(n) * m,
-                                          _ceil_log2(n) * m, 2 * _ceil_log2(n)),
-    naive.naive: lambda n, m: Terms(2 * (n - 1), 2 * (n - 1) * m, (n - 1) * m, 2),
+    binomial.binomial: lambda n, count, m: Terms(2 * _ceil_log2(n), 2 * _ceil_log2(n) * m,
+                                                 _ceil_log2(n) * m, 2 * _ceil_log2(n)),
+    naive.naive: lambda n, count, m: Terms(2 * (n - 1), 2 * (n - 1) * m, (n - 1) * m, 2),
 }
 
 
-def formula(collective: str, algorithm: str, size: int, nbytes: int) -> Terms | None:
-    """The textbook terms of a built-in algorithm for ``size`` ranks and ``nbytes`` bytes.
+def formula(collective: str, algorithm: str, size: int, count: int, dtype) -> Terms | None:
+    """The textbook terms of a built-in algorithm for ``size`` ranks and ``count`` elements.
 
     None when ``algorithm`` has no closed form (a user's, or a built-in name
-    registered again). Exact (equal to :func:`predict`) for message sizes
-    divisible by the number of blocks; otherwise within one element per
-    message of it. With fewer elements than ranks the schedules leave out
-    empty messages, which the closed forms still count.
+    registered again). Exact (equal to :func:`predict`) for counts divisible
+    by the number of blocks; otherwise within one element per message of
+    it. With fewer elements than ranks the schedules leave out empty
+    messages, which the closed forms still count.
     """
     closed = _FORMULAS.get(builder(algorithm, collective))
     if closed is None:
         return None
-    if size == 1 or nbytes == 0:
+    if size == 1 or count == 0:
         return Terms(0, 0, 0, 0)
-    return closed(size, nbytes)
+    return closed(size, count, count * np.dtype(dtype).itemsize)
 
 
 def estimate(collective: str, algorithm: str, size: int, count: int, dtype, params: Params,
@@ -149,7 +149,7 @@ def estimate(collective: str, algorithm: str, size: int, count: int, dtype, para
     the schedule (no topology) and runs :func:`predict` on it.
     """
     dtype = np.dtype(dtype)
-    terms = None if exact else formula(collective, algorithm, size, count * dtype.itemsize)
+    terms = None if exact else formula(collective, algorithm, size, count, dtype)
     if terms is not None:
         return Prediction.of(terms, params, params.gamma_of(dtype)), "formula"
     schedule = build(collective, algorithm, size, count, builder(algorithm, collective))

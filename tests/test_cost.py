@@ -107,8 +107,8 @@ def test_closed_forms_equal_the_schedules(collective, name, n):
     pof2 = 1 << (n.bit_length() - 1)
     count = 2 * n * pof2
     s = pyar.schedule(name, n, count, collective=collective)
-    assert_terms(cost.formula(collective, name, n, 4 * count), cost.predict(s, PARAMS).terms,
-                 (name, n))
+    assert_terms(cost.formula(collective, name, n, count, "float32"),
+                 cost.predict(s, PARAMS).terms, (name, n))
 
 
 @pytest.mark.parametrize("collective,name", CLOSED_FORMS)
@@ -116,7 +116,7 @@ def test_closed_forms_equal_the_schedules(collective, name, n):
 def test_closed_forms_are_within_an_element_per_message_for_uneven_counts(collective, name, n,
                                                                            count):
     got = cost.predict(pyar.schedule(name, n, count, collective=collective), PARAMS).terms
-    closed = cost.formula(collective, name, n, 4 * count)
+    closed = cost.formula(collective, name, n, count, "float32")
     assert (got.messages, got.steps) == (closed.messages, closed.steps)
     assert abs(got.bytes - closed.bytes) <= 4 * got.messages
     assert abs(got.folded - closed.folded) <= 4 * got.messages
@@ -126,7 +126,7 @@ def test_trivial_schedules_cost_nothing():
     for name in CLASSIC:
         assert predicted(name, 1, 100).time == 0
         assert predicted(name, 4, 0).time == 0
-        assert cost.formula("allreduce", name, 1, 400) == (0, 0, 0, 0)
+        assert cost.formula("allreduce", name, 1, 100, "float32") == (0, 0, 0, 0)
 
 
 def chain(rank, size, count, topology=None):
@@ -153,14 +153,14 @@ def test_a_user_algorithm_is_costed_from_its_schedule(monkeypatch):
     # alpha + M beta: N-1 hops each way
     assert_terms(cost.predict(s, PARAMS).terms,
                  terms(2 * (n - 1), 2 * (n - 1) * m, (n - 1) * m, 2 * (n - 1)), n)
-    assert cost.formula("allreduce", "chain", n, m) is None
+    assert cost.formula("allreduce", "chain", n, count, "float32") is None
     p, where = cost.estimate("allreduce", "chain", n, count, "float32", PARAMS)
     assert where == "schedule" and p == cost.predict(s, PARAMS)
 
 
 def test_a_replaced_builtin_loses_its_closed_form(monkeypatch):
     monkeypatch.setitem(_registry["allreduce"], "ring", chain)
-    assert cost.formula("allreduce", "ring", 4, 64) is None
+    assert cost.formula("allreduce", "ring", 4, 16, "float32") is None
     assert cost.estimate("allreduce", "ring", 4, 16, "float32", PARAMS)[1] == "schedule"
 
 

@@ -162,10 +162,12 @@ def main(argv=None) -> int:
                                      "current tuning parameters), no MPI")
     p.add_argument("-a", "--algo", default="all",
                    help="comma list of algorithms, or all (what auto chooses from)")
-    p.add_argument("-n", "--nranks", type=int, default=64)
-    p.add_argument("--bytes", default="1M", help="message size per rank, e.g. 8, 64K, 1M")
+    p.add_argument("-n", "--nranks", type=int, default=64, help="ranks (default 64)")
+    p.add_argument("--bytes", default="1M",
+                   help="size of the collective's buffer, e.g. 8, 64K, 1M (allgather: all N "
+                        "blocks, as nccl-tests counts it)")
     p.add_argument("-d", "--dtype", default="float32")
-    p.add_argument("--collective", default="allreduce")
+    p.add_argument("--collective", default="allreduce", help="default allreduce")
     p.add_argument("--schedule", action="store_true",
                    help="cost the schedules themselves, not the built-in closed forms")
     p = sub.add_parser("tune", help="measure alpha, beta, gamma, delta and write the tuning "

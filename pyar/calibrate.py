@@ -2,7 +2,7 @@
 
 Run under mpiexec with 2 or more ranks; ranks 0 and 1 measure, so the file
 describes the link between them (place them as the ranks of your jobs are
-placed). What is measured, each the median of many timed calls:
+placed). What is measured, each the lower quartile of many timed calls:
 
 - ``alpha``, ``beta``: an exchange (``MPI_Sendrecv`` both ways, what the
   executor posts for a paired step) of 8 bytes gives alpha; the slope between
@@ -48,11 +48,12 @@ def _barrier(comm, seconds: float = PHASE_SECONDS) -> None:
         time.sleep(0.001)
 
 
-def _median(run, iters: int) -> float:
-    """Seconds per call of ``run``: the median of ``iters`` timed calls, after a few untimed.
+def _typical(run, iters: int) -> float:
+    """Seconds per call of ``run``: the lower quartile of ``iters`` timed calls, after a few.
 
-    The median, because on a shared machine a few calls wait for a core
-    (those come back as spikes 10-20x the typical time and swamp a mean).
+    Not the mean or even the median: on a shared machine a quarter of the
+    calls or more can wait for a core (measured here: 10-20x the typical
+    time), the longer calls more often, which would skew the slopes.
     """
     for _ in range(3):
         run()
@@ -62,14 +63,14 @@ def _median(run, iters: int) -> float:
         start = clock()
         run()
         times[i] = clock() - start
-    return float(np.median(times))
+    return float(np.percentile(times, 25))
 
 
 def _exchange_time(pair, nbytes: int, iters: int) -> float:
     peer = 1 - pair.Get_rank()
     out, into = np.zeros(nbytes, np.uint8), np.empty(nbytes, np.uint8)
     _barrier(pair)
-    return _median(lambda: pair.Sendrecv([out, MPI.BYTE], peer, 0, [into, MPI.BYTE], peer, 0),
+    return _typical(lambda: pair.Sendrecv([out, MPI.BYTE], peer, 0, [into, MPI.BYTE], peer, 0),
                  iters)
 
 
@@ -89,7 +90,7 @@ def _step_times(pair, iters: int) -> tuple[float, float]:
         x = np.zeros(k + 1, np.float64)
         api.allreduce(x, x, algorithm=_NAME, comm=comm)        # compile the plan first
         _barrier(pair)
-        times.append(_median(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm),
+        times.append(_typical(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm),
                            iters))
     comm.free()
     per_step = (times[1] - times[0]) / (STEPS[1] - STEPS[0])
@@ -101,7 +102,7 @@ def _gamma(nbytes: int, iters: int) -> dict:
     for dtype in ops.DTYPES:
         dst, src = np.ones(nbytes // dtype.itemsize, dtype), np.ones(nbytes // dtype.itemsize,
                                                                          dtype)
-        gamma[dtype.name] = _median(lambda: reduce_into(dst, src, "sum"), iters) / nbytes
+        gamma[dtype.name] = _typical(lambda: reduce_into(dst, src, "sum"), iters) / nbytes
     return gamma
 
 
@@ -135,7 +136,7 @@ def run(quick: bool = False, comm=None):
             params = cost.Params(alpha, beta, gamma, max(0.0, per_step - alpha))
             measured = {"ranks": size, "host": host, "same_host": int(crcs[0]) == -int(crcs[1]),
                         "mpi": MPI.Get_library_version().strip().splitlines()[0],
-                        "per_call_overhead": per_call, "quick": quick,
+                        "per_call_overhead": max(0.0, per_call), "quick": quick,
                         "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
             result = params, measured
         _barrier(pair)

@@ -36,13 +36,13 @@ from .errors import ScheduleError
 FORMAT = "pyar-tuning/1"
 
 # Measured by `pyar tune` (mpiexec -n 2, MPICH 5.0.2 wheel, shared memory) on the
-# 2-core development VM while other jobs were running (load average ~6): the medians
-# of many timed calls. Run `pyar tune` on your own machine to replace them.
+# 2-core development VM on 2026-11-30 while other jobs were running (load average ~11):
+# lower quartiles of many timed calls. Run `pyar tune` on your own machine to replace them.
 DEFAULTS = cost.Params(
-    alpha=3.22e-6, beta=9.58e-10, delta=1.21e-6,
-    gamma={"int8": 7.15e-11, "int16": 7.25e-11, "int32": 7.01e-11, "int64": 6.99e-11,
-           "uint8": 7.28e-11, "uint16": 7.42e-11, "uint32": 8.56e-11, "uint64": 7.45e-11,
-           "float32": 7.13e-11, "float64": 7.64e-11})
+    alpha=3.09e-6, beta=1.44e-9, delta=3.53e-6,
+    gamma={"int8": 7.54e-11, "int16": 7.37e-11, "int32": 8.08e-11, "int64": 8.56e-11,
+           "uint8": 8.03e-11, "uint16": 7.97e-11, "uint32": 7.78e-11, "uint64": 8.83e-11,
+           "float32": 8.63e-11, "float64": 8.92e-11})
 
 _FLOATS = {2: "float16", 4: "float32", 8: "float64"}     # itemsize -> dtype when none is given
 _MEMO_SIZE = 4096           # choices kept before the memo starts afresh

@@ -13,7 +13,9 @@ placed). What is measured, each the lower quartile of many timed calls:
   The intercept (pyar's overhead per call, the same for every algorithm) is
   reported, not used.
 
-Every wait between phases is bounded (:data:`PHASE_SECONDS`).
+Every wait between phases is bounded (:data:`PHASE_SECONDS`); within a
+phase the ranks run a known number of blocking exchanges, and under
+``python -m mpi4py`` a rank that fails aborts the job.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def _exchange_time(pair, nbytes: int, iters: int) -> float:
     out, into = np.zeros(nbytes, np.uint8), np.empty(nbytes, np.uint8)
     _barrier(pair)
     return _typical(lambda: pair.Sendrecv([out, MPI.BYTE], peer, 0, [into, MPI.BYTE], peer, 0),
-                 iters)
+                    iters)
 
 
 @register_algorithm(_NAME)
@@ -90,8 +92,7 @@ def _step_times(pair, iters: int) -> tuple[float, float]:
         x = np.zeros(k + 1, np.float64)
         api.allreduce(x, x, algorithm=_NAME, comm=comm)        # compile the plan first
         _barrier(pair)
-        times.append(_typical(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm),
-                           iters))
+        times.append(_typical(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm), iters))
     comm.free()
     per_step = (times[1] - times[0]) / (STEPS[1] - STEPS[0])
     return per_step, times[0] - per_step * STEPS[0]
@@ -100,8 +101,7 @@ def _step_times(pair, iters: int) -> tuple[float, float]:
 def _gamma(nbytes: int, iters: int) -> dict:
     gamma = {}
     for dtype in ops.DTYPES:
-        dst, src = np.ones(nbytes // dtype.itemsize, dtype), np.ones(nbytes // dtype.itemsize,
-                                                                         dtype)
+        dst, src = (np.ones(nbytes // dtype.itemsize, dtype) for _ in range(2))
         gamma[dtype.name] = _typical(lambda: reduce_into(dst, src, "sum"), iters) / nbytes
     return gamma
 
@@ -109,8 +109,9 @@ def _gamma(nbytes: int, iters: int) -> dict:
 def run(quick: bool = False, comm=None):
     """Measure on ranks 0 and 1 of ``comm`` (COMM_WORLD); rank 0 returns (Params, measured).
 
-    ``measured`` records how: ranks, hosts, MPI library, the per-call
-    overhead, whether ranks 0 and 1 shared a host, the date. Other ranks return None.
+    ``measured`` records how: the number of ranks, rank 0's host and whether
+    rank 1 shared it, the MPI library, pyar's overhead per call, the date.
+    Other ranks return None.
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()

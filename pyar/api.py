@@ -39,7 +39,7 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None):
     op = ops.resolve(op)
     ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
-    name = tuner.select("allreduce", algorithm, c.size, x.size, x.nbytes)
+    name = tuner.select("allreduce", algorithm, c.size, x.size, x.nbytes, x.dtype)
     work = buffers.prepare(x, out)          # last: it may write out
     data = work.data
     if name == LIBRARY:
@@ -60,7 +60,7 @@ def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None):
     op = ops.resolve(op)
     ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
-    name = tuner.select("reduce_scatter", algorithm, c.size, x.size, x.nbytes)
+    name = tuner.select("reduce_scatter", algorithm, c.size, x.size, x.nbytes, x.dtype)
     block = collectives.block(x.size, c.size, c.rank)
     n = block.stop - block.start
     if out is not None and out is not x:
@@ -101,7 +101,8 @@ def allgather(x, out=None, *, algorithm="auto", comm=None):
     buffers.check_array(x)
     c = Comm.of(comm)
     shape = (c.size, *x.shape)
-    name = tuner.select("allgather", algorithm, c.size, x.size * c.size, x.nbytes * c.size)
+    name = tuner.select("allgather", algorithm, c.size, x.size * c.size, x.nbytes * c.size,
+                        x.dtype)
     if out is None:
         out = np.empty(shape, x.dtype)
     else:
@@ -128,7 +129,7 @@ def reduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None):
     ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
     _check_root(root, c.size)
-    name = tuner.select("reduce", algorithm, c.size, x.size, x.nbytes)
+    name = tuner.select("reduce", algorithm, c.size, x.size, x.nbytes, x.dtype)
     if c.rank == root:
         work = buffers.prepare(x, out)
         data = work.data
@@ -155,7 +156,7 @@ def bcast(x, *, root=0, algorithm="auto", comm=None):
         raise ValueError("x is read-only; bcast writes the root's data into it")
     c = Comm.of(comm)
     _check_root(root, c.size)
-    name = tuner.select("bcast", algorithm, c.size, x.size, x.nbytes)
+    name = tuner.select("bcast", algorithm, c.size, x.size, x.nbytes, x.dtype)
     work = buffers.prepare(x, x)
     if name == LIBRARY:
         library.library_bcast(c.mpi, work.data, root)
@@ -172,7 +173,7 @@ def alltoall(x, out=None, *, algorithm="auto", comm=None):
     buffers.check_array(x)
     c = Comm.of(comm)
     collectives.check_alltoall(x.shape, c.size)
-    name = tuner.select("alltoall", algorithm, c.size, x.size, x.nbytes)
+    name = tuner.select("alltoall", algorithm, c.size, x.size, x.nbytes, x.dtype)
     work = buffers.prepare(x, out)
     if name == LIBRARY:
         library.library_alltoall(c.mpi, work.data)

@@ -1,4 +1,4 @@
-"""The ``pyar`` command (also ``python -m pyar``): ``info``, ``bench`` and ``sim``."""
+"""The ``pyar`` command (also ``python -m pyar``): info, bench, sim, model and tune."""
 
 from __future__ import annotations
 
@@ -77,6 +77,65 @@ def sim(args) -> int:
     return 1 if wrong else 0
 
 
+def model(args) -> int:
+    import numpy as np
+
+    from pyar import tuner
+    from pyar.bench import format_size, parse_size
+    from pyar.ops import check_dtype
+
+    dtype = check_dtype(args.dtype)
+    nbytes = parse_size(args.bytes)
+    if args.nranks < 1 or nbytes % dtype.itemsize:
+        raise ValueError(f"need -n >= 1 and --bytes a multiple of the {dtype} item size "
+                         f"({dtype.itemsize})")
+    count = nbytes // dtype.itemsize
+    params = tuner.parameters()
+    names = tuner.candidates(args.collective) if args.algo == "all" else \
+        [n.strip() for n in args.algo.split(",") if n.strip()]
+    rows = tuner.predictions(args.collective, args.nranks, count, dtype, params, names,
+                             exact=args.schedule)
+    us = 1e6
+    print(f"# pyar model: {args.collective} of {format_size(nbytes)} ({count} {dtype}) "
+          f"on {args.nranks} ranks")
+    print(f"# parameters: {tuner.source()}")
+    print(f"# alpha {params.alpha * us:.3g} us, beta {params.beta * 1e9:.3g} ns/B, "
+          f"gamma({dtype}) {params.gamma_of(dtype) * 1e9:.3g} ns/B, "
+          f"delta {params.delta * us:.3g} us")
+    print(f"# {'algorithm':<20}{'time(us)':>12}{'alpha':>11}{'beta':>11}{'gamma':>11}"
+          f"{'delta':>11}{'messages':>10}{'steps':>7}  from")
+    for name, (p, where) in rows.items():
+        print(f"  {name:<20}{p.time * us:>12.2f}{p.alpha * us:>11.2f}{p.beta * us:>11.2f}"
+              f"{p.gamma * us:>11.2f}{p.delta * us:>11.2f}{p.terms.messages:>10.0f}"
+              f"{p.terms.steps:>7.0f}  {where}")
+    if args.algo == "all":
+        best = min(sorted(rows), key=lambda n: rows[n][0].time) if rows else "none"
+        print(f"# auto picks: {best}")
+    return 0
+
+
+def tune(args) -> int:
+    from mpi4py import MPI
+
+    from pyar import calibrate, tuner
+
+    path = args.output or tuner.tuning_path()
+    result = calibrate.run(quick=args.quick)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        params, measured = result
+        tuner.save(path, params, measured)
+        print(f"# pyar tune: ranks 0 and 1 of {measured['ranks']}, "
+              f"{'same host' if measured['same_host'] else 'two hosts'}, {measured['mpi']}")
+        print(f"alpha {params.alpha * 1e6:.3g} us  beta {params.beta * 1e9:.3g} ns/B "
+              f"({1e-9 / params.beta if params.beta else float('inf'):.3g} GB/s)  "
+              f"delta {params.delta * 1e6:.3g} us per step  "
+              f"(per call {measured['per_call_overhead'] * 1e6:.3g} us)")
+        print("gamma (ns/B): " + ", ".join(f"{k} {v * 1e9:.3g}"
+                                           for k, v in params.gamma.items()))
+        print(f"# wrote {path}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pyar", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,9 +158,28 @@ def main(argv=None) -> int:
     p.add_argument("-c", "--count", type=int, default=4096, help="elements per rank")
     p.add_argument("-d", "--dtype", default="float32")
     p.add_argument("-o", "--op", default="sum")
+    p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model, "
+                                     "current tuning parameters), no MPI")
+    p.add_argument("-a", "--algo", default="all",
+                   help="comma list of algorithms, or all (what auto chooses from)")
+    p.add_argument("-n", "--nranks", type=int, default=64, help="ranks (default 64)")
+    p.add_argument("--bytes", default="1M",
+                   help="size of the collective's buffer, e.g. 8, 64K, 1M (allgather: all N "
+                        "blocks, as nccl-tests counts it)")
+    p.add_argument("-d", "--dtype", default="float32")
+    p.add_argument("--collective", default="allreduce", help="default allreduce")
+    p.add_argument("--schedule", action="store_true",
+                   help="cost the schedules themselves, not the built-in closed forms")
+    p = sub.add_parser("tune", help="measure alpha, beta, gamma, delta and write the tuning "
+                                    "file (run under mpiexec -n 2)")
+    p.add_argument("--quick", action="store_true", help="a short, rougher measurement")
+    p.add_argument("-o", "--output", default=None,
+                   help="the file to write (default: $PYAR_TUNING_FILE, else "
+                        "$XDG_CACHE_HOME/pyar/tuning.json)")
     args = parser.parse_args(argv)
     try:
-        return {"info": info, "bench": bench, "sim": sim}[args.command](args)
+        return {"info": info, "bench": bench, "sim": sim, "model": model,
+                "tune": tune}[args.command](args)
     except (ValueError, TypeError) as e:
         parser.exit(2, f"pyar {args.command}: {e}\n")
 

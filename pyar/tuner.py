@@ -1,20 +1,54 @@
-"""Choosing the algorithm: an explicit name, else ``PYAR_ALGO``, else the ``auto`` rule.
+"""Choosing the algorithm: an explicit name, else ``PYAR_ALGO``, else the cost model (``auto``).
 
 ``PYAR_ALGO`` works like NCCL_ALGO: one name for every collective
 (``PYAR_ALGO=ring``) or per collective (``allreduce:ring;allgather:bruck``).
-Until a tuning file exists, ``auto`` follows MPICH's rules of thumb (its
-CVAR defaults): latency-bound tree/doubling algorithms for short messages,
-bandwidth-optimal ones above.
+
+``auto`` picks, per collective, rank count, element count and dtype, the
+candidate with the least time predicted by :mod:`pyar.cost` under the
+machine parameters of the tuning file (``PYAR_TUNING_FILE``, default
+``$XDG_CACHE_HOME/pyar/tuning.json``, i.e. ``~/.cache/pyar/tuning.json``),
+written by ``pyar tune``; without one, under :data:`DEFAULTS`. The file is
+read once per process, and every rank must see the same one (ranks that pick
+differently get a MismatchError, not a hang).
+
+Candidates are the built-in algorithms (those defined in
+:mod:`pyar.algorithms`) and those a user added with :func:`consider`;
+``mpi`` is never one (it has no schedule to cost). A candidate whose
+schedule cannot be built here (one that needs a topology: its builder
+raises ValueError or ScheduleError) is left out. Choices are memoised, so a
+hot loop of one size pays a dict lookup.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
 import os
+from pathlib import Path
 
-from .algorithms import AUTO, check_name
+import numpy as np
 
-SHORT_MSG_BYTES = 2048      # MPICH's MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE (and REDUCE_)
+from . import cost
+from .algorithms import AUTO, LIBRARY, algorithms, builder, check_name
+from .errors import ScheduleError
+
+FORMAT = "pyar-tuning/1"
+
+# Measured by `pyar tune` (mpiexec -n 2, MPICH 5.0.2 wheel, shared memory) on the
+# 2-core development VM on 2026-11-30 while other jobs were running (load average ~11):
+# lower quartiles of many timed calls. Run `pyar tune` on your own machine to replace them.
+DEFAULTS = cost.Params(
+    alpha=3.09e-6, beta=1.44e-9, delta=3.53e-6,
+    gamma={"int8": 7.54e-11, "int16": 7.37e-11, "int32": 8.08e-11, "int64": 8.56e-11,
+           "uint8": 8.03e-11, "uint16": 7.97e-11, "uint32": 7.78e-11, "uint64": 8.83e-11,
+           "float32": 8.63e-11, "float64": 8.92e-11})
+
+_FLOATS = {2: "float16", 4: "float32", 8: "float64"}     # itemsize -> dtype when none is given
+_MEMO_SIZE = 4096           # choices kept before the memo starts afresh
+_memo: dict = {}
+_params: dict = {}          # tuning file path -> Params
+_considered: dict = {}      # collective -> names a user opted in to auto
 
 
 @functools.lru_cache(maxsize=16)
@@ -27,62 +61,158 @@ def _parse_override(text: str) -> dict:
     return table
 
 
+def _env_reader(name: str):
+    """A fast ``os.environ.get(name)`` for the hot path.
+
+    ``os.environ.get`` of a variable that is not set raises and catches a
+    KeyError inside, which costs a microsecond or more: as much as a small
+    MPI exchange. CPython keeps the environment in ``os.environ._data`` (keys
+    encoded); read that when it is there.
+    """
+    data = getattr(os.environ, "_data", None)
+    encode, decode = getattr(os.environ, "encodekey", None), getattr(os.environ, "decodevalue",
+                                                                      None)
+    if not isinstance(data, dict) or encode is None or decode is None:
+        return lambda: os.environ.get(name)
+    key = encode(name)
+    return lambda: None if (value := data.get(key)) is None else decode(value)
+
+
+_pyar_algo = _env_reader("PYAR_ALGO")
+_tuning_file = _env_reader("PYAR_TUNING_FILE")
+
+
 def override(collective: str) -> str | None:
     """The algorithm PYAR_ALGO names for ``collective``, if any."""
-    text = os.environ.get("PYAR_ALGO")
-    if not text:
-        return None
+    text = _pyar_algo()
+    return _forced(text, collective) if text else None
+
+
+def _forced(text: str, collective: str) -> str | None:
     table = _parse_override(text)
     return table.get(collective, table.get(None))
 
 
-def select(collective: str, algorithm: str, size: int, count: int, nbytes: int) -> str:
-    """The algorithm to run: ``algorithm`` unless it is ``auto``; ValueError if unknown."""
+def select(collective: str, algorithm: str, size: int, count: int, nbytes: int,
+           dtype=None) -> str:
+    """The algorithm to run: ``algorithm`` unless it is ``auto``; ValueError if unknown.
+
+    ``dtype`` sets the reduction cost; None means the float of the element
+    size ``nbytes // count``.
+    """
     if algorithm != AUTO:
         return check_name(algorithm, collective)
-    forced = override(collective)
-    if forced and forced != AUTO:
+    text = _pyar_algo()
+    if text:
+        forced = _forced(text, collective)
+        if forced and forced != AUTO:
+            try:
+                return check_name(forced, collective)
+            except ValueError as e:
+                raise ValueError(f"PYAR_ALGO: {e}") from None
+    key = (collective, size, count, nbytes, dtype, _tuning_file())
+    name = _memo.get(key)
+    if name is None:
+        if len(_memo) >= _MEMO_SIZE:
+            _memo.clear()
+        if dtype is None:
+            dtype = _FLOATS.get(nbytes // count if count else 4, "float32")
+        name = _memo[key] = choose(collective, size, count, dtype, parameters())
+    return name
+
+
+def choose(collective: str, size: int, count: int, dtype, params: cost.Params) -> str:
+    """The candidate with the least predicted time (ties: the first by name)."""
+    times = {name: p.time for name, (p, _) in predictions(collective, size, count, dtype,
+                                                            params).items()}
+    if not times:
+        raise ValueError(f"auto: no {collective} algorithm can be costed for {size} ranks; "
+                         f"name one")
+    return min(sorted(times), key=times.get)
+
+
+def predictions(collective: str, size: int, count: int, dtype, params: cost.Params,
+                names=None, *, exact: bool = False) -> dict:
+    """``{name: (Prediction, source)}`` for ``names`` (default: the candidates)."""
+    out = {}
+    for name in candidates(collective) if names is None else names:
         try:
-            return check_name(forced, collective)
-        except ValueError as e:
-            raise ValueError(f"PYAR_ALGO: {e}") from None
-    return _RULES[collective](size, count, nbytes)
+            out[name] = cost.estimate(collective, name, size, count, dtype, params, exact=exact)
+        except (ValueError, ScheduleError):
+            if names is not None:
+                raise
+    return out
 
 
-def _is_pof2(size):
-    return size & (size - 1) == 0
+def candidates(collective: str) -> list[str]:
+    """What ``auto`` chooses from: the built-in algorithms and those passed to :func:`consider`."""
+    opted = _considered.get(collective, ())
+    return [name for name in algorithms(collective) if name != LIBRARY and (
+        name in opted or builder(name, collective).__module__.startswith("pyar.algorithms."))]
 
 
-def _allreduce(size, count, nbytes):
-    pof2 = 1 << (size.bit_length() - 1)
-    if size == 1 or nbytes <= SHORT_MSG_BYTES or count < pof2:
-        return "recursive_doubling"
-    return "rabenseifner"
+def consider(name: str, collective: str = "allreduce") -> None:
+    """Let ``auto`` choose the registered algorithm ``name`` too (costed from its schedule)."""
+    builder(name, collective)
+    _considered.setdefault(collective, set()).add(name)
+    _memo.clear()
 
 
-def _reduce_scatter(size, count, nbytes):      # REDSCAT_COMMUTATIVE_LONG_MSG_SIZE
-    return "recursive_halving" if nbytes < 524288 else "pairwise"
+def tuning_path() -> Path:
+    """``$PYAR_TUNING_FILE``, else ``$XDG_CACHE_HOME/pyar/tuning.json`` (``~/.cache`` default)."""
+    path = os.environ.get("PYAR_TUNING_FILE")
+    if path:
+        return Path(path)
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "pyar" / "tuning.json"
 
 
-def _allgather(size, count, nbytes):           # ALLGATHER_SHORT_/LONG_MSG_SIZE, on the total
-    if nbytes < 81920:
-        return "recursive_doubling" if _is_pof2(size) else "bruck"
-    return "recursive_doubling" if nbytes < 524288 and _is_pof2(size) else "ring"
+def parameters() -> cost.Params:
+    """The machine parameters in force: the tuning file's, else :data:`DEFAULTS`."""
+    key = _tuning_file()
+    params = _params.get(key)
+    if params is None:
+        path = tuning_path()
+        params = _params[key] = load(path) if path.exists() else DEFAULTS
+    return params
 
 
-def _reduce(size, count, nbytes):
-    pof2 = 1 << (size.bit_length() - 1)
-    return "binomial" if nbytes <= SHORT_MSG_BYTES or count < pof2 else "reduce_scatter_gather"
+def source() -> str:
+    """Where :func:`parameters` came from, in words."""
+    path = tuning_path()
+    return str(path) if parameters() is not DEFAULTS else f"shipped defaults (no {path})"
 
 
-def _bcast(size, count, nbytes):               # BCAST_SHORT_MSG_SIZE, BCAST_MIN_PROCS
-    return "binomial" if nbytes < 12288 or size < 8 else "scatter_allgather"
+def load(path) -> cost.Params:
+    """The parameters in the tuning file at ``path``; ValueError saying what is wrong."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"tuning file {path}: cannot read it as JSON ({e})") from None
+    expected = (f"a JSON object with \"format\": {FORMAT!r}, numbers alpha, beta, delta >= 0 "
+                f"(seconds) and gamma, an object of dtype name -> seconds per byte")
+    try:
+        if data["format"] != FORMAT or not data["gamma"]:
+            raise ValueError
+        gamma = {np.dtype(k).name: float(v) for k, v in data["gamma"].items()}
+        params = cost.Params(float(data["alpha"]), float(data["beta"]), gamma,
+                             float(data["delta"]))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise ValueError(f"tuning file {path}: expected {expected}") from None
+    if not all(math.isfinite(v) and v >= 0 for v in
+               (params.alpha, params.beta, params.delta, *gamma.values())):
+        raise ValueError(f"tuning file {path}: expected {expected}")
+    return params
 
 
-def _alltoall(size, count, nbytes):            # ALLTOALL_MEDIUM_MSG_SIZE, per block
-    return "linear" if nbytes // max(size, 1) < 32768 else "pairwise"
-
-
-_RULES = {"allreduce": _allreduce, "reduce_scatter": _reduce_scatter, "allgather": _allgather,
-          "reduce": _reduce, "bcast": _bcast, "alltoall": _alltoall,
-          "barrier": lambda size, count, nbytes: "dissemination"}
+def save(path, params: cost.Params, measured: dict) -> None:
+    """Write ``params`` (and what ``measured`` says of how) as a tuning file at ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"format": FORMAT, "alpha": params.alpha, "beta": params.beta,
+            "delta": params.delta, "gamma": params.gamma, "measured": measured}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+    _params.clear()
+    _memo.clear()

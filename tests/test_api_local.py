@@ -68,13 +68,6 @@ def test_read_only_out_and_untouched_input():
         pyar.allreduce(x, x)
 
 
-def test_auto_follows_mpich_rule_of_thumb(monkeypatch):
-    monkeypatch.delenv("PYAR_ALGO", raising=False)
-    assert tuner.select("allreduce", "auto", 8, 16, 64) == "recursive_doubling"
-    assert tuner.select("allreduce", "auto", 8, 4, 2 << 20) == "recursive_doubling"
-    assert tuner.select("allreduce", "auto", 8, 1 << 20, 4 << 20) == "rabenseifner"
-
-
 def test_explicit_argument_beats_pyar_algo_which_beats_auto(monkeypatch):
     monkeypatch.setenv("PYAR_ALGO", "ring")
     assert tuner.select("allreduce", "auto", 8, 1 << 20, 4 << 20) == "ring"

@@ -1,0 +1,146 @@
+"""``pyar tune``: measure the cost model's parameters on this machine and write the tuning file.
+
+Run under mpiexec with 2 or more ranks; ranks 0 and 1 measure, so the file
+describes the link between them (place them as the ranks of your jobs are
+placed). What is measured, each the lower quartile of many timed calls:
+
+- ``alpha``, ``beta``: an exchange (``MPI_Sendrecv`` both ways, what the
+  executor posts for a paired step) of 8 bytes gives alpha; the slope between
+  two large exchanges gives beta.
+- ``gamma`` per dtype: :func:`pyar.kernels.reduce_into` (sum) on a large array.
+- ``delta``: pyar's own overhead per step, over a bare Sendrecv: the slope of
+  the time of a pyar schedule of k one-element exchanges against k, less alpha.
+  The intercept (pyar's overhead per call, the same for every algorithm) is
+  reported, not used.
+
+Every wait between phases is bounded (:data:`PHASE_SECONDS`); within a
+phase the ranks run a known number of blocking exchanges, and under
+``python -m mpi4py`` a rank that fails aborts the job.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+import zlib
+
+import numpy as np
+from mpi4py import MPI
+
+from . import api, cost, ops
+from .algorithms import register_algorithm
+from .comm import Comm
+from .errors import TimeoutError
+from .kernels import reduce_into
+from .schedule import Chunk, Recv, Send, Step
+
+PHASE_SECONDS = 600.0       # the longest any rank waits for the others between phases
+STEPS = (1, 33)             # schedule lengths whose difference gives the per-step time
+_NAME = "_pyar_tune_steps"
+
+
+def _barrier(comm, seconds: float = PHASE_SECONDS) -> None:
+    """A barrier that gives up after ``seconds`` (pyar.TimeoutError) instead of hanging."""
+    request = comm.Ibarrier()
+    deadline = time.monotonic() + seconds
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pyar tune: rank {comm.Get_rank()} waited {seconds:.0f} s "
+                               f"for the other ranks")
+        time.sleep(0.001)
+
+
+def _typical(run, iters: int) -> float:
+    """Seconds per call of ``run``: the lower quartile of ``iters`` timed calls, after a few.
+
+    Not the mean or even the median: on a shared machine a quarter of the
+    calls or more can wait for a core (measured here: 10-20x the typical
+    time), the longer calls more often, which would skew the slopes.
+    """
+    for _ in range(3):
+        run()
+    times = np.empty(iters)
+    clock = time.perf_counter
+    for i in range(iters):
+        start = clock()
+        run()
+        times[i] = clock() - start
+    return float(np.percentile(times, 25))
+
+
+def _exchange_time(pair, nbytes: int, iters: int) -> float:
+    peer = 1 - pair.Get_rank()
+    out, into = np.zeros(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    _barrier(pair)
+    return _typical(lambda: pair.Sendrecv([out, MPI.BYTE], peer, 0, [into, MPI.BYTE], peer, 0),
+                    iters)
+
+
+@register_algorithm(_NAME)
+def _steps(rank, size, count, topology=None):
+    """``count - 1`` steps, each a one-element exchange with the partner rank (2 ranks only)."""
+    peer = 1 - rank
+    return [Step([Send(peer, Chunk("data", 0, 1)), Recv(peer, Chunk("data", 1, 2))])
+            for _ in range(count - 1)]
+
+
+def _step_times(pair, iters: int) -> tuple[float, float]:
+    """(seconds per step, seconds per call besides its steps) of pyar's MPI executor."""
+    comm = Comm(pair)
+    times = []
+    for k in STEPS:
+        x = np.zeros(k + 1, np.float64)
+        api.allreduce(x, x, algorithm=_NAME, comm=comm)        # compile the plan first
+        _barrier(pair)
+        times.append(_typical(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm), iters))
+    comm.free()
+    per_step = (times[1] - times[0]) / (STEPS[1] - STEPS[0])
+    return per_step, times[0] - per_step * STEPS[0]
+
+
+def _gamma(nbytes: int, iters: int) -> dict:
+    gamma = {}
+    for dtype in ops.DTYPES:
+        dst, src = (np.ones(nbytes // dtype.itemsize, dtype) for _ in range(2))
+        gamma[dtype.name] = _typical(lambda: reduce_into(dst, src, "sum"), iters) / nbytes
+    return gamma
+
+
+def run(quick: bool = False, comm=None):
+    """Measure on ranks 0 and 1 of ``comm`` (COMM_WORLD); rank 0 returns (Params, measured).
+
+    ``measured`` records how: the number of ranks, rank 0's host and whether
+    rank 1 shared it, the MPI library, pyar's overhead per call, the date.
+    Other ranks return None.
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size < 2:
+        raise ValueError("pyar tune measures between two ranks: run it under mpiexec -n 2 "
+                         "(or more)")
+    small, large = 1 << 20, 4 << 20
+    iters = 20 if quick else 300
+    pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
+    result = None
+    if pair != MPI.COMM_NULL:
+        alpha = _exchange_time(pair, 8, iters * 10)
+        t_small = _exchange_time(pair, small, iters)
+        t_large = _exchange_time(pair, large, iters)
+        beta = max(0.0, (t_large - t_small) / (large - small))
+        per_step, per_call = _step_times(pair, iters)
+        host = platform.node()
+        crc = zlib.crc32(host.encode())
+        crcs = np.array([crc, -crc], np.int64)
+        pair.Allreduce(MPI.IN_PLACE, crcs, MPI.MIN)
+        if rank == 0:
+            gamma = _gamma(large, iters)
+            params = cost.Params(alpha, beta, gamma, max(0.0, per_step - alpha))
+            measured = {"ranks": size, "host": host, "same_host": int(crcs[0]) == -int(crcs[1]),
+                        "mpi": MPI.Get_library_version().strip().splitlines()[0],
+                        "per_call_overhead": max(0.0, per_call), "quick": quick,
+                        "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+            result = params, measured
+        _barrier(pair)
+        pair.Free()
+    _barrier(comm)
+    return result

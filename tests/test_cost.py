@@ -1,0 +1,209 @@
+"""The alpha-beta-gamma cost model: textbook formulas, the fold, user algorithms, bad schedules."""
+
+import math
+
+import numpy as np
+import pytest
+
+import pyar
+from pyar import cost
+from pyar.algorithms import COLLECTIVES, _registry
+from pyar.schedule import Chunk, Recv, Send, Step
+
+# distinct powers of two, so a term counted in the wrong place cannot go unseen
+PARAMS = cost.Params(alpha=2.0**-10, beta=2.0**-20, gamma={"float32": 2.0**-24, "int8": 2.0**-22},
+                     delta=2.0**-12)
+
+
+def terms(messages, nbytes, folded, steps):
+    return cost.Terms(messages, nbytes, folded, steps)
+
+
+def textbook(name, n, m):
+    """Thakur-Rabenseifner-Gropp for n a power of two, m bytes divisible by n; delta per step."""
+    k = int(math.log2(n))
+    return {
+        "ring": terms(2 * (n - 1), 2 * (n - 1) / n * m, (n - 1) / n * m, 2 * (n - 1)),
+        "recursive_doubling": terms(k, k * m, k * m, k),
+        "rabenseifner": terms(2 * k, 2 * (n - 1) / n * m, (n - 1) / n * m, 2 * k),
+        "binomial": terms(2 * k, 2 * k * m, k * m, 2 * k),
+        "naive": terms(2 * (n - 1), 2 * (n - 1) * m, (n - 1) * m, 2),
+    }[name]
+
+
+def predicted(name, n, count, dtype="float32"):
+    return cost.predict(pyar.schedule(name, n, count), PARAMS, dtype)
+
+
+def assert_terms(got: cost.Terms, want: cost.Terms, where):
+    assert got == pytest.approx(want, rel=1e-12), where
+
+
+CLASSIC = ("ring", "recursive_doubling", "rabenseifner", "binomial", "naive")
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 32])
+def test_power_of_two_sizes_follow_the_textbook(name, n):
+    count = 3 * n                           # float32: M = 12n bytes, divisible by n
+    p = predicted(name, n, count)
+    want = textbook(name, n, 4 * count)
+    assert_terms(p.terms, want, (name, n))
+    assert p.time == pytest.approx(want.messages * PARAMS.alpha + want.bytes * PARAMS.beta
+                                   + want.folded * PARAMS.gamma["float32"]
+                                   + want.steps * PARAMS.delta, rel=1e-12)
+    assert p.time == pytest.approx(p.alpha + p.beta + p.gamma + p.delta, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["recursive_doubling", "rabenseifner"])
+@pytest.mark.parametrize("n", [3, 5, 6, 7, 12, 13])
+def test_the_fold_adds_two_steps_of_the_whole_buffer(name, n):
+    pof2 = 1 << (n.bit_length() - 1)
+    count = 5 * pof2
+    m = 4 * count
+    base = textbook(name, pof2, m)
+    want = terms(base.messages + 2, base.bytes + 2 * m, base.folded + m, base.steps + 2)
+    assert_terms(predicted(name, n, count).terms, want, (name, n))
+
+
+@pytest.mark.parametrize("n", [3, 5, 6, 7, 9, 12, 13])
+def test_ring_binomial_and_naive_at_other_sizes(n):
+    count, m = 2 * n, 8 * n
+    L = math.ceil(math.log2(n))
+    assert_terms(predicted("ring", n, count).terms,
+                 terms(2 * (n - 1), 2 * (n - 1) / n * m, (n - 1) / n * m, 2 * (n - 1)), n)
+    assert_terms(predicted("binomial", n, count).terms, terms(2 * L, 2 * L * m, L * m, 2 * L), n)
+    assert_terms(predicted("naive", n, count).terms,
+                 terms(2 * (n - 1), 2 * (n - 1) * m, (n - 1) * m, 2), n)
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_large_rank_counts(name):
+    n = 64 if name == "ring" else 1024     # a 1,024-rank ring takes a minute to build
+    count = 2 * n
+    assert_terms(predicted(name, n, count).terms, textbook(name, n, 4 * count), (name, n))
+
+
+def test_reduction_cost_follows_the_dtype():
+    f32, i8 = predicted("ring", 4, 64, "float32"), predicted("ring", 4, 256, "int8")
+    assert f32.terms == i8.terms                # same bytes
+    assert i8.gamma == pytest.approx(4 * f32.gamma)
+    unmeasured = predicted("ring", 4, 32, "float64")
+    assert unmeasured.gamma == pytest.approx(unmeasured.terms.folded * 2.0**-22)   # the slowest
+
+
+CLOSED_FORMS = [(collective, name) for collective in COLLECTIVES
+                for name in pyar.algorithms(collective)
+                if _registry[collective].get(name) in cost._FORMULAS]
+
+
+def test_every_classic_algorithm_has_a_closed_form():
+    assert set(CLASSIC) <= {name for _, name in CLOSED_FORMS}
+
+
+@pytest.mark.parametrize("collective,name", CLOSED_FORMS)
+@pytest.mark.parametrize("n", range(1, 18))
+def test_closed_forms_equal_the_schedules(collective, name, n):
+    pof2 = 1 << (n.bit_length() - 1)
+    count = 2 * n * pof2
+    s = pyar.schedule(name, n, count, collective=collective)
+    assert_terms(cost.formula(collective, name, n, count, "float32"),
+                 cost.predict(s, PARAMS).terms, (name, n))
+
+
+@pytest.mark.parametrize("collective,name", CLOSED_FORMS)
+@pytest.mark.parametrize("n,count", [(3, 10), (5, 7), (8, 13), (12, 1001)])
+def test_closed_forms_are_within_an_element_per_message_for_uneven_counts(collective, name, n,
+                                                                           count):
+    got = cost.predict(pyar.schedule(name, n, count, collective=collective), PARAMS).terms
+    closed = cost.formula(collective, name, n, count, "float32")
+    assert (got.messages, got.steps) == (closed.messages, closed.steps)
+    assert abs(got.bytes - closed.bytes) <= 4 * got.messages
+    assert abs(got.folded - closed.folded) <= 4 * got.messages
+
+
+def test_trivial_schedules_cost_nothing():
+    for name in CLASSIC:
+        assert predicted(name, 1, 100).time == 0
+        assert predicted(name, 4, 0).time == 0
+        assert cost.formula("allreduce", name, 1, 100, "float32") == (0, 0, 0, 0)
+
+
+def chain(rank, size, count, topology=None):
+    """A user's allreduce: reduce along the chain towards rank 0, then pass the result back."""
+    everything = Chunk("data", 0, count)
+    steps = []
+    if rank < size - 1:
+        steps.append(Step([Recv(rank + 1, everything, reduce=True)]))
+    if rank > 0:
+        steps += [Step([Send(rank - 1, everything)]), Step([Recv(rank - 1, everything)])]
+    if rank < size - 1:
+        steps.append(Step([Send(rank + 1, everything)]))
+    return steps
+
+
+def test_a_user_algorithm_is_costed_from_its_schedule(monkeypatch):
+    monkeypatch.setitem(_registry["allreduce"], "chain", chain)
+    n, count = 6, 10
+    s = pyar.schedule("chain", n, count)
+    inputs = [np.arange(count, dtype=np.float32) * (r + 1) for r in range(n)]
+    assert all(np.array_equal(out, inputs[0] * 21) for out in pyar.simulate(s, inputs).outputs)
+    m = 4 * count
+    # each hop of the reduce pays delta + alpha + M beta + M gamma, of the return trip delta +
+    # alpha + M beta: N-1 hops each way
+    assert_terms(cost.predict(s, PARAMS).terms,
+                 terms(2 * (n - 1), 2 * (n - 1) * m, (n - 1) * m, 2 * (n - 1)), n)
+    assert cost.formula("allreduce", "chain", n, count, "float32") is None
+    p, where = cost.estimate("allreduce", "chain", n, count, "float32", PARAMS)
+    assert where == "schedule" and p == cost.predict(s, PARAMS)
+
+
+def test_a_replaced_builtin_loses_its_closed_form(monkeypatch):
+    monkeypatch.setitem(_registry["allreduce"], "ring", chain)
+    assert cost.formula("allreduce", "ring", 4, 16, "float32") is None
+    assert cost.estimate("allreduce", "ring", 4, 16, "float32", PARAMS)[1] == "schedule"
+
+
+class Listed:
+    """A schedule given as step lists (what a builder returns), for the model alone."""
+
+    def __init__(self, *ranks):
+        self.size = len(ranks)
+        self._steps = [[Step(ops) for ops in steps] for steps in ranks]
+
+    def steps(self, rank):
+        return self._steps[rank]
+
+
+def test_ports_serve_messages_in_the_order_they_become_ready():
+    # Posted in a cyclic order no fixed per-port order could serve without deadlock; ranks
+    # send and receive through one port each, so three message times pass.
+    one = Chunk("data", 0, 1)
+    s = Listed([[Send(2, one), Send(1, one)]], [[Recv(0, one), Recv(3, one)]],
+               [[Recv(3, one), Recv(0, one)]], [[Send(1, one), Send(2, one)]])
+    p = cost.predict(s, PARAMS)
+    assert p.time == pytest.approx(PARAMS.delta + 3 * (PARAMS.alpha + 4 * PARAMS.beta))
+    assert p.terms.messages == 3
+
+
+def test_a_message_waits_for_its_receiver_to_post():
+    one = Chunk("data", 0, 1)
+    # rank 1 first takes a message from rank 2, then from rank 0: rank 0's send waits
+    s = Listed([[Send(1, one)]], [[Recv(2, one)], [Recv(0, one)]], [[Send(1, one)]])
+    x = PARAMS.alpha + 4 * PARAMS.beta
+    assert cost.predict(s, PARAMS).time == pytest.approx(2 * PARAMS.delta + 2 * x)
+
+
+def test_bad_schedules_are_schedule_errors():
+    one, two = Chunk("data", 0, 1), Chunk("data", 0, 2)
+    with pytest.raises(pyar.ScheduleError, match="rank 0 sends rank 1 4 bytes, which it "
+                                                 "receives as 8"):
+        cost.predict(Listed([[Send(1, one)]], [[Recv(0, two)]]), PARAMS)
+    with pytest.raises(pyar.ScheduleError, match="rank 1 sends rank 0 4 bytes, which it "
+                                                 "receives as 8"):
+        cost.predict(Listed([[Recv(1, two)]], [[Send(0, one)]]), PARAMS)
+    with pytest.raises(pyar.ScheduleError, match="deadlock or unmatched.*rank 0"):
+        cost.predict(Listed([[Recv(1, one)], [Send(1, one)]], [[Recv(0, one)], [Send(0, one)]]),
+                     PARAMS)
+    with pytest.raises(pyar.ScheduleError, match="rank 1 never finishes"):
+        cost.predict(Listed([], [[Recv(0, one)]]), PARAMS)

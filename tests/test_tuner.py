@@ -1,0 +1,228 @@
+"""The auto tuner, the tuning file, ``pyar model`` and ``pyar tune``."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from launch import explain, run
+
+import pyar
+from pyar import cost, tuner
+from pyar.algorithms import _registry
+from pyar.schedule import Chunk, Recv, Send, Step
+
+CLASSIC = ["binomial", "naive", "rabenseifner", "recursive_doubling", "ring"]
+
+
+def write_tuning(path, alpha, beta, gamma, delta=0.0):
+    path.write_text(json.dumps({"format": tuner.FORMAT, "alpha": alpha, "beta": beta,
+                                "delta": delta, "gamma": gamma}))
+    return path
+
+
+@pytest.fixture
+def tuning(tmp_path, monkeypatch):
+    """Point PYAR_TUNING_FILE at a fresh file written by the returned function."""
+    monkeypatch.delenv("PYAR_ALGO", raising=False)
+
+    def use(name, *args, **kwargs):
+        path = write_tuning(tmp_path / f"{name}.json", *args, **kwargs)
+        monkeypatch.setenv("PYAR_TUNING_FILE", str(path))
+        return tuner.load(path)
+    return use
+
+
+def schedule_times(size, count, dtype, params):
+    """Each candidate's predicted time, costed from the schedules themselves."""
+    return {n: p.time for n, (p, _) in tuner.predictions("allreduce", size, count, dtype, params,
+                                                         exact=True).items()}
+
+
+def assert_least(chosen, times):
+    assert times[chosen] <= min(times.values()) * (1 + 1e-9), (chosen, times)
+
+
+@pytest.mark.parametrize("size,count", [(2, 2), (4, 8), (5, 1 << 12), (8, 1 << 16),
+                                        (8, 1 << 20), (13, 1 << 14), (16, 40)])
+@pytest.mark.parametrize("machine", ["latency bound", "bandwidth bound", "slow reduction"])
+def test_auto_picks_the_least_predicted_time(tuning, size, count, machine):
+    params = tuning(machine.replace(" ", "_"), **{
+        "latency bound": dict(alpha=1e-4, beta=1e-11, gamma={"float32": 1e-11}),
+        "bandwidth bound": dict(alpha=1e-7, beta=1e-9, gamma={"float32": 1e-10}, delta=1e-7),
+        "slow reduction": dict(alpha=1e-6, beta=1e-11, gamma={"float32": 1e-8}),
+    }[machine])
+    times = schedule_times(size, count, "float32", params)
+    chosen = tuner.select("allreduce", "auto", size, count, 4 * count, "float32")
+    assert_least(chosen, times)
+    assert tuner.select("allreduce", "auto", size, count, 4 * count) == chosen   # float32 by size
+
+
+def test_the_tuning_file_changes_the_choice(tuning):
+    args = ("allreduce", "auto", 8, 1 << 16, 1 << 18)
+    tuning("slow_link", alpha=1e-3, beta=1e-12, gamma={"float32": 1e-12})
+    assert tuner.select(*args) == "recursive_doubling"
+    tuning("fast_link", alpha=1e-7, beta=1e-9, gamma={"float32": 1e-10})
+    assert tuner.select(*args) == "rabenseifner"
+
+
+def test_the_dtype_changes_the_choice(tuning):
+    tuning("dtypes", alpha=1e-5, beta=1e-11, gamma={"float64": 1e-11, "int64": 1e-7})
+    args = ("allreduce", "auto", 8, 1 << 12, 8 << 12)
+    assert tuner.select(*args, "float64") == "recursive_doubling"     # fewest messages
+    assert tuner.select(*args, "int64") == "rabenseifner"             # least folded
+
+
+def test_explicit_argument_beats_pyar_algo_which_beats_auto(tuning, monkeypatch):
+    tuning("any", alpha=1e-5, beta=1e-11, gamma={"float32": 1e-11})
+    args = (8, 1 << 10, 4 << 10)
+    assert tuner.select("allreduce", "auto", *args) == "recursive_doubling"
+    monkeypatch.setenv("PYAR_ALGO", "ring")
+    assert tuner.select("allreduce", "auto", *args) == "ring"
+    assert tuner.select("allreduce", "naive", *args) == "naive"
+    monkeypatch.setenv("PYAR_ALGO", "allgather:bruck;allreduce:binomial")
+    assert tuner.select("allreduce", "auto", *args) == "binomial"
+    monkeypatch.setenv("PYAR_ALGO", "allreduce:auto")
+    assert tuner.select("allreduce", "auto", *args) == "recursive_doubling"
+
+
+def test_without_a_tuning_file_the_shipped_defaults_apply(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYAR_TUNING_FILE", str(tmp_path / "absent.json"))
+    assert tuner.parameters() is tuner.DEFAULTS
+    assert tuner.source().startswith("shipped defaults")
+    assert_least(tuner.select("allreduce", "auto", 4, 1 << 20, 4 << 20),
+                 schedule_times(4, 1 << 20, "float32", tuner.DEFAULTS))
+    assert all(v > 0 for v in (tuner.DEFAULTS.alpha, tuner.DEFAULTS.beta,
+                               tuner.DEFAULTS.gamma_of("float32")))
+
+
+def test_the_default_path_follows_xdg(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYAR_TUNING_FILE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert tuner.tuning_path() == tmp_path / "pyar" / "tuning.json"
+    monkeypatch.setenv("PYAR_TUNING_FILE", str(tmp_path / "mine.json"))
+    assert tuner.tuning_path() == tmp_path / "mine.json"
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"format": "pyar-tuning/1"}',
+                                  '{"format": "other", "alpha": 1, "beta": 1, "delta": 0, '
+                                  '"gamma": {"float32": 1}}',
+                                  '{"format": "pyar-tuning/1", "alpha": -1, "beta": 1, '
+                                  '"delta": 0, "gamma": {"float32": 1}}',
+                                  '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
+                                  '"delta": 0, "gamma": {}}'])
+def test_a_malformed_tuning_file_says_what_was_expected(tmp_path, text):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"tuning file {path}: .*(expected|JSON)"):
+        tuner.load(path)
+
+
+def test_save_then_load_round_trips(tmp_path):
+    params = cost.Params(1e-6, 2e-10, {"float32": 3e-11, "int8": 4e-11}, 5e-7)
+    tuner.save(tmp_path / "sub" / "t.json", params, {"ranks": 2})
+    assert tuner.load(tmp_path / "sub" / "t.json") == params
+
+
+def swap(rank, size, count, topology=None):
+    """A user's allreduce for two ranks, the same exchange as recursive doubling."""
+    everything = Chunk("data", 0, count)
+    return [Step([Send(1 - rank, everything), Recv(1 - rank, everything, reduce=True)])]
+
+
+def needs_topology(rank, size, count, topology=None):
+    if topology is None:
+        raise ValueError("needs_topology needs a topology")
+    return []
+
+
+@pytest.fixture
+def user_algorithms(monkeypatch):
+    monkeypatch.setitem(_registry["allreduce"], "aaa_swap", swap)
+    monkeypatch.setitem(_registry["allreduce"], "needs_topology", needs_topology)
+    monkeypatch.setattr(tuner, "_considered", {})
+    monkeypatch.setattr(tuner, "_memo", {})
+
+
+def test_user_algorithms_join_auto_only_when_considered(tuning, user_algorithms):
+    tuning("any", alpha=1e-5, beta=1e-11, gamma={"float32": 1e-11})
+    assert set(CLASSIC) <= set(tuner.candidates("allreduce"))
+    assert not {"aaa_swap", "needs_topology", "mpi"} & set(tuner.candidates("allreduce"))
+    assert tuner.select("allreduce", "auto", 2, 16, 64) == "recursive_doubling"
+    tuner.consider("aaa_swap")
+    tuner.consider("needs_topology")
+    assert "aaa_swap" in tuner.candidates("allreduce")
+    # it ties with recursive doubling and wins the tie by name; needs_topology is left out
+    assert tuner.select("allreduce", "auto", 2, 16, 64) == "aaa_swap"
+    assert "needs_topology" not in tuner.predictions("allreduce", 2, 16, "float32",
+                                                     tuner.parameters())
+    with pytest.raises(ValueError, match="unknown allreduce algorithm 'nope'"):
+        tuner.consider("nope")
+
+
+def model(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "pyar", "model", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_pyar_model_prints_the_terms(tmp_path):
+    path = write_tuning(tmp_path / "t.json", alpha=2e-6, beta=1e-9, gamma={"float32": 1e-10},
+                        delta=1e-6)
+    env = {**__import__("os").environ, "PYAR_TUNING_FILE": str(path)}
+    proc = model("-a", "ring,rabenseifner", "-n", "1024", "--bytes", "1M", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"# parameters: {path}" in proc.stdout
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
+            if not line.startswith("#")}
+    m, n = 1 << 20, 1024
+    ring = [2 * (n - 1) * 2, 2 * (n - 1) / n * m * 1e-3, (n - 1) / n * m * 1e-4, 2 * (n - 1)]
+    rab = [2 * 10 * 2, 2 * (n - 1) / n * m * 1e-3, (n - 1) / n * m * 1e-4, 2 * 10]
+    for name, (a, b, g, d) in (("ring", ring), ("rabenseifner", rab)):
+        time_us, alpha, beta, gamma, delta = map(float, rows[name][1:6])
+        assert (alpha, beta, gamma, delta) == pytest.approx((a, b, g, d), abs=0.01), name
+        assert time_us == pytest.approx(a + b + g + d, abs=0.02), name
+        assert rows[name][-1] == "formula"
+    assert "auto picks" not in proc.stdout
+
+
+def test_pyar_model_costs_schedules_and_names_the_auto_choice(tmp_path):
+    path = write_tuning(tmp_path / "t.json", alpha=1e-5, beta=1e-11, gamma={"int8": 1e-11})
+    env = {**__import__("os").environ, "PYAR_TUNING_FILE": str(path)}
+    proc = model("-n", "6", "--bytes", "64", "-d", "int8", "--schedule", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")]
+    assert [row[0] for row in rows] == tuner.candidates("allreduce")
+    assert all(row[-1] == "schedule" for row in rows)
+    assert "# auto picks: recursive_doubling" in proc.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-a", "nope"], "unknown allreduce algorithm 'nope'"),
+    (["--bytes", "6", "-d", "float32"], "multiple of the float32 item size"),
+    (["-d", "complex64"], "dtype"),
+    (["--collective", "scatter"], "collective must be one of"),
+])
+def test_pyar_model_rejects_bad_input(args, message):
+    proc = model(*args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_pyar_tune_writes_a_well_formed_file(tmp_path):
+    path = tmp_path / "tuning.json"
+    proc = run(2, "-m", "pyar", "tune", "--quick", timeout=200,
+               env={"PYAR_TUNING_FILE": str(path)})
+    assert proc.returncode == 0, explain(proc)
+    assert f"# wrote {path}" in proc.stdout
+    params = tuner.load(path)
+    assert params.alpha > 0 and params.beta > 0 and params.delta >= 0
+    assert set(params.gamma) == {d.name for d in pyar.ops.DTYPES}
+    assert all(g > 0 for g in params.gamma.values())
+    measured = json.loads(path.read_text())["measured"]
+    assert measured["ranks"] == 2 and measured["quick"] is True and measured["same_host"]
+
+
+def test_pyar_tune_needs_two_ranks(tmp_path):
+    proc = run(1, "-m", "pyar", "tune", "--quick", "-o", str(tmp_path / "t.json"), timeout=100)
+    assert proc.returncode == 2 and "mpiexec -n 2" in proc.stderr, explain(proc)
+    assert not (tmp_path / "t.json").exists()

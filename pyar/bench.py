@@ -530,7 +530,7 @@ def _summary(rows: list[dict], check: int) -> dict:
 
 def _footer(summary: dict) -> list[str]:
     wrong = summary["wrong"]
-    lines = [f"# Wrong elements       : "
+    lines = ["# Wrong elements       : "
              + ("not checked" if wrong is None else f"{wrong} {'OK' if not wrong else 'FAILED'}")]
     if summary["avg_busbw"] is not None:
         lines.append(f"# Avg bus bandwidth    : {summary['avg_busbw']:.3f} GB/s "

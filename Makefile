@@ -6,15 +6,16 @@ VENV     ?= .venv
 PY       := $(VENV)/bin/python
 MPIEXEC  ?= $(VENV)/bin/mpiexec
 NP       ?= 4
+BENCH_OUT ?= bench-allreduce
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 
 .PHONY: run test test-mpi bench bench-kernels examples clean
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,plot]'
 	touch $@
 
 # Compile the Numba kernels into their cache in one process, before any mpiexec (ranks then
@@ -23,8 +24,10 @@ $(VENV)/.kernels: $(VENV)/.installed $(wildcard kernels/*.py)
 	$(PY) -m pyar.kernels --fresh
 	touch $@
 
+# The quick benchmark: every allreduce algorithm and auto against MPI_Allreduce, 8 B - 64 MiB.
 run: $(VENV)/.kernels
-	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m mpi4py -m pyar bench
+	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m mpi4py -m pyar bench -b 8 -e 64M -f 2 -a all,auto \
+	  --json $(BENCH_OUT).json --plot $(BENCH_OUT).png
 
 test: $(VENV)/.kernels
 	$(PY) -m pytest tests

@@ -1,27 +1,49 @@
-"""``pyar bench``: time every allreduce algorithm against MPI_Allreduce, checking each result.
+"""``pyar bench``: nccl-tests for pyar, against the MPI library's own collective.
 
-Run under mpiexec; rank 0 prints one row per size and algorithm as it
-completes. Every rank uses the same sizes and iteration counts, so the ranks
-stay in step. Time per call is the slowest rank's average over the timed
-iterations; ``vs mpi`` is that time over the bare ``comm.Allreduce``'s (no
-pyar code around it) at the same size, so it includes all of pyar's overhead.
+Run under mpiexec; rank 0 prints one row per message size and implementation:
+the MPI library's own call (the bare mpi4py call, no pyar code around it:
+the baseline, always timed), each pyar algorithm asked for, and with
+``--peer gloo`` torch.distributed's gloo. At each size they are timed in
+interleaved batches, out of place and in place, so load on the machine falls
+on all of them alike. Time is the slowest rank's average per call, each batch
+starting after a barrier, as in nccl-tests; ``algbw`` is size / time and
+``busbw`` algbw times the collective's nccl-tests factor, which makes it
+comparable across rank counts and collectives. Outside the timed batches each
+implementation runs once more on fresh input and ``#wrong`` counts, over all
+ranks, the elements that differ from the MPI library's result beyond the
+dtype's tolerance (:mod:`pyar.verify`).
+
+Sizes follow nccl-tests: for allgather, reduce_scatter and alltoall the size
+is the bytes of the big buffer (all ranks' blocks) and ``count`` the elements
+of one block.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
 import time
+from typing import Callable, NamedTuple
 
+import mpi4py
 import numpy as np
 from mpi4py import MPI
 
-from . import api, ops, tuner, verify
-from .algorithms import LIBRARY, algorithms
+import pyar
+
+from . import ops, tuner, verify
+from .algorithms import AUTO, LIBRARY, algorithms, check_name
 from .comm import Comm
-from .executors.mpi import library_allreduce, library_op
+from .executors.mpi import library_op
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+ROOT = 0                  # of reduce and bcast
+BATCHES = 4               # timed batches per implementation and size, interleaved
+OUT_OF_PLACE, IN_PLACE = "out_of_place", "in_place"
+VARIANTS = (OUT_OF_PLACE, IN_PLACE)
+GLOO = "gloo"
 
 
 def parse_size(text: str) -> int:
@@ -50,80 +72,524 @@ def sizes(minbytes: int, maxbytes: int, factor: int) -> list[int]:
 
 
 def default_iters(nbytes: int) -> int:
-    """Enough iterations to time small messages well, few for large ones."""
-    return int(min(500, max(10, (16 << 20) // nbytes)))
+    """Timed calls per implementation: nccl-tests' 20 up to 64 KiB, then fewer, 2 from 1 MiB."""
+    return int(min(20, max(2, (2 << 20) // nbytes)))
 
 
-def _call(comm: Comm, x, out, op, algorithm):
-    """One allreduce of ``x`` into ``out``; ``mpi`` is the bare MPI_Allreduce, no pyar around it
-    (for half types: on float32, as pyar's ``mpi`` algorithm does it)."""
-    if algorithm == LIBRARY and x.dtype in ops.HALF:     # no MPI type: widened to float32
-        return lambda: (np.copyto(out, x), library_allreduce(comm.mpi, out, op.reduction),
-                        ops.finalize(out, op, comm.size))
-    if algorithm == LIBRARY:
-        mpi_op, size = library_op(op.reduction), comm.size
-        if op is ops.Op.AVG:
-            return lambda: (comm.mpi.Allreduce(x, out, mpi_op), np.divide(out, size, out=out))
-        return lambda: comm.mpi.Allreduce(x, out, mpi_op)
-    return lambda: api.allreduce(x, out, op=op, algorithm=algorithm, comm=comm)
-
-
-def _time(comm: Comm, call, iters, warmup) -> float:
-    for _ in range(warmup):
-        call()
-    comm.mpi.Barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        call()
-    elapsed = np.array([(time.perf_counter() - start) / iters])
-    comm.mpi.Allreduce(MPI.IN_PLACE, elapsed, MPI.MAX)
-    return float(elapsed[0])
-
-
-def _wrong(comm: Comm, result, x, op) -> int:
-    """Elements of ``result`` that differ from MPI_Allreduce's beyond tolerance, summed over ranks."""
-    expected, scale = verify.library_reference(comm.mpi, x, op)
-    wrong = np.array([verify.mismatches(result, expected, op, comm.size, scale).size])
-    comm.mpi.Allreduce(MPI.IN_PLACE, wrong, MPI.SUM)
-    return int(wrong[0])
+def default_warmup(nbytes: int) -> int:
+    """Untimed calls before timing (the first builds pyar's plan and compiles kernels)."""
+    return 1 if nbytes >= 1 << 20 else 3
 
 
 def parse_algorithms(text: str, collective: str = "allreduce") -> list[str]:
-    """``all`` or a comma list of algorithm names."""
-    if text == "all":
-        return algorithms(collective)
-    return [name.strip() for name in text.split(",") if name.strip()]
+    """A comma list of algorithm names, ``all`` (every registered one) and ``auto``."""
+    names = []
+    for name in filter(None, (part.strip() for part in text.split(","))):
+        for found in (algorithms(collective) if name == "all" else [name]):
+            if found not in names:
+                names.append(found)
+    return names
 
 
-def run(minbytes="8", maxbytes="4M", stepfactor=4, iters=None, warmup=5, algos="all",
-        dtype="float32", op="sum", file=sys.stdout, comm=None) -> list[dict]:
-    """Benchmark and print; returns the rows (on every rank)."""
+# -- the collectives: nccl-tests' per-collective table ------------------------------------------
+
+def _finish_avg(result, op, size):
+    if op is ops.Op.AVG:
+        np.divide(result, size, out=result)
+
+
+def _mpi_allreduce(m, x, out, op):
+    m.Allreduce(MPI.IN_PLACE if out is x else x, out, library_op(op.reduction))
+    _finish_avg(out, op, m.size)
+
+
+def _mpi_reduce_scatter(m, x, out, op):
+    m.Reduce_scatter(x, out, [len(b) for b in np.array_split(x, m.size)], library_op(op.reduction))
+    _finish_avg(out, op, m.size)
+
+
+def _mpi_allgather(m, x, out, op):
+    m.Allgather(x, out)
+
+
+def _mpi_reduce(m, x, out, op):
+    root = m.rank == ROOT
+    m.Reduce(MPI.IN_PLACE if root and out is x else x, out if root else None,
+             library_op(op.reduction), root=ROOT)
+    if root:
+        _finish_avg(out, op, m.size)
+
+
+def _mpi_bcast(m, x, out, op):
+    m.Bcast(x, root=ROOT)
+
+
+def _mpi_alltoall(m, x, out, op):
+    m.Alltoall(MPI.IN_PLACE if out is x else x, out)
+
+
+class Collective(NamedTuple):
+    """How the bench drives one collective (sizes follow nccl-tests)."""
+
+    library: str          # the MPI library's own call, as the header names it
+    mpi: Callable         # mpi(comm, x, out, op): that call; ``out is x`` means in place
+    factor: Callable      # busbw / algbw at ``size`` ranks
+    reduces: bool         # takes op (and float results get a tolerance)
+    blocked: bool         # the size holds one block per rank; count is a block's elements
+    variants: tuple       # which of out of place / in place pyar's API has
+    shapes: Callable      # shapes(size, count) -> (x's shape, out's shape)
+    rooted: bool = False  # takes root=; only the root's result is checked if it reduces
+
+
+def _flat(size, count):
+    return (count,), (count,)
+
+
+COLLECTIVES = {
+    "allreduce": Collective("comm.Allreduce", _mpi_allreduce, lambda n: 2 * (n - 1) / n,
+                            True, False, VARIANTS, _flat),
+    "reduce_scatter": Collective("comm.Reduce_scatter", _mpi_reduce_scatter,
+                                 lambda n: (n - 1) / n, True, True, (OUT_OF_PLACE,),
+                                 lambda n, c: ((n * c,), (c,))),
+    "allgather": Collective("comm.Allgather", _mpi_allgather, lambda n: (n - 1) / n,
+                            False, True, (OUT_OF_PLACE,), lambda n, c: ((c,), (n, c))),
+    "reduce": Collective("comm.Reduce", _mpi_reduce, lambda n: 1.0, True, False, VARIANTS,
+                         _flat, rooted=True),
+    "bcast": Collective("comm.Bcast", _mpi_bcast, lambda n: 1.0, False, False, (IN_PLACE,),
+                        _flat, rooted=True),
+    "alltoall": Collective("comm.Alltoall", _mpi_alltoall, lambda n: (n - 1) / n, False, True,
+                           VARIANTS, lambda n, c: ((n, c), (n, c))),
+}
+
+
+def entry(name: str) -> Collective:
+    """The table entry of ``name``; ValueError if pyar does not implement it (yet)."""
+    if name not in COLLECTIVES:
+        raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {name!r}")
+    if not callable(getattr(pyar, name, None)):
+        ready = ", ".join(c for c in COLLECTIVES if callable(getattr(pyar, c, None)))
+        raise ValueError(f"pyar.{name} is not implemented in this version of pyar, so it "
+                         f"cannot be benchmarked; available: {ready}")
+    return COLLECTIVES[name]
+
+
+def _pyar_call(name: str, coll: Collective, algorithm: str, comm: Comm, op):
+    """``call(x, out)`` -> a no-argument callable running pyar's collective on those buffers."""
+    function = getattr(pyar, name)
+    kwargs = {"algorithm": algorithm, "comm": comm}
+    if coll.reduces:
+        kwargs["op"] = op
+    if coll.rooted:
+        kwargs["root"] = ROOT
+    if coll.variants == (IN_PLACE,):            # bcast: in place by definition
+        return lambda x, out: lambda: function(x, **kwargs)
+    return lambda x, out: lambda: function(x, out, **kwargs)
+
+
+def _library_call(name: str, coll: Collective, comm: Comm, op):
+    m = comm.mpi
+    widened = _pyar_call(name, coll, LIBRARY, comm, op)
+
+    def call(x, out):
+        if coll.reduces and x.dtype in ops.HALF:    # MPI has no half types: pyar's "mpi"
+            return widened(x, out)                  # widens them to float32 around the call
+        def run():
+            coll.mpi(m, x, out, op)
+            return out
+        return run
+    return call
+
+
+# -- the optional peer: torch.distributed's gloo -------------------------------------------------
+
+_GLOO_DTYPES = ("int8", "uint8", "int32", "int64", "float32", "float64")
+
+
+def gloo_peer(comm: Comm, name: str, dtype: np.dtype, op):
+    """``call(x, out)`` for torch.distributed's gloo allreduce (in place) on the ranks of ``comm``.
+
+    Joins a gloo process group over loopback TCP: rank 0 opens the rendezvous
+    store on a free port and sends the port to the others over MPI. All ranks
+    must share one node. ValueError if torch is missing or cannot do this.
+    """
+    if name != "allreduce":
+        raise ValueError(f"--peer gloo times allreduce only, not {name}")
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        raise ValueError(f"--peer gloo needs torch (pip install torch), which is not importable "
+                         f"here: {e}") from None
+    if not dist.is_available() or not dist.is_gloo_available():
+        raise ValueError("--peer gloo: this torch has no gloo backend")
+    if dtype.name not in _GLOO_DTYPES:
+        raise ValueError(f"--peer gloo: gloo reduces {', '.join(_GLOO_DTYPES)}, not {dtype}")
+    node = comm.mpi.Split_type(MPI.COMM_TYPE_SHARED)
+    one_node = node.Get_size() == comm.size
+    node.Free()
+    if not one_node:
+        raise ValueError("--peer gloo rendezvous over loopback: all ranks must share one node")
+    if not dist.is_initialized():
+        _join_gloo(comm, dist)
+    reduce_op = {ops.Op.SUM: dist.ReduceOp.SUM, ops.Op.AVG: dist.ReduceOp.SUM,
+                 ops.Op.PROD: dist.ReduceOp.PRODUCT, ops.Op.MAX: dist.ReduceOp.MAX,
+                 ops.Op.MIN: dist.ReduceOp.MIN}[op]
+    size = comm.size
+
+    def call(x, out):
+        tensor = torch.from_numpy(x)            # shares x's memory
+
+        def run():
+            dist.all_reduce(tensor, reduce_op)
+            if op is ops.Op.AVG:
+                tensor.div_(size)
+            return x
+        return run
+    return call
+
+
+def _join_gloo(comm: Comm, dist) -> None:
+    import datetime
+    import socket
+
+    if "GLOO_SOCKET_IFNAME" not in os.environ and any(n == "lo" for _, n in
+                                                      socket.if_nameindex()):
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    timeout = datetime.timedelta(seconds=60)
+    port = np.zeros(1, np.int64)
+    store = None
+    if comm.rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, comm.size, True, timeout=timeout,
+                              wait_for_workers=False)
+        port[0] = store.port
+    comm.mpi.Bcast(port, root=0)
+    if comm.rank != 0:
+        store = dist.TCPStore("127.0.0.1", int(port[0]), comm.size, False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=comm.rank, world_size=comm.size,
+                            timeout=timeout)
+
+
+# -- timing and checking --------------------------------------------------------------------------
+
+def _batches(iters: int) -> list[int]:
+    k = min(iters, BATCHES)
+    return [iters // k + (i < iters % k) for i in range(k)]
+
+
+def _time_interleaved(m: MPI.Comm, runs: list, iters: int, warmup: int) -> list[float]:
+    """Seconds per call of each of ``runs``: the slowest rank's average over ``iters`` calls,
+    timed in batches that take turns, each after a barrier."""
+    for run in runs:
+        for _ in range(warmup):
+            run()
+    spent = np.zeros(len(runs))
+    for batch in _batches(iters):
+        for i, run in enumerate(runs):
+            m.Barrier()
+            start = time.perf_counter()
+            for _ in range(batch):
+                run()
+            spent[i] += time.perf_counter() - start
+    spent /= iters
+    m.Allreduce(MPI.IN_PLACE, spent, MPI.MAX)
+    return spent.tolist()
+
+
+class _Oracle(NamedTuple):
+    expected: np.ndarray | None     # the MPI library's result here (None: nothing to check here)
+    scale: np.ndarray | None        # what the rounding error of a reduction is relative to
+
+
+def _oracle(coll: Collective, m: MPI.Comm, pristine, out_shape, op) -> _Oracle:
+    """The MPI library's own result on ``pristine`` input and, for reductions, its tolerance scale
+    (the same collective of the magnitudes in float64)."""
+    in_place_only = coll.variants == (IN_PLACE,)
+    x = pristine.copy()
+    if coll.reduces and x.dtype in ops.HALF:        # MPI has no half types: on float32
+        x = x.astype(np.float32)
+    out = x if in_place_only else np.empty(out_shape, x.dtype)
+    coll.mpi(m, x, out, op)
+    scale = None
+    if coll.reduces:
+        magnitude = np.abs(pristine.astype(np.float64))
+        scale = np.empty(out_shape, np.float64)
+        coll.mpi(m, magnitude, scale, ops.Op.PROD if op is ops.Op.PROD else
+                 ops.Op.AVG if op is ops.Op.AVG else ops.Op.SUM)
+    if coll.rooted and coll.reduces and m.rank != ROOT:
+        return _Oracle(None, None)
+    return _Oracle(out, scale)
+
+
+def _count_wrong(coll: Collective, oracle: _Oracle, result, op, size: int) -> int:
+    if oracle.expected is None:
+        return 0
+    expected = oracle.expected.reshape(-1)
+    if result is None or np.size(result) != expected.size:
+        return expected.size
+    differ = np.flatnonzero(np.asarray(result).reshape(-1) != expected)
+    if not coll.reduces or not differ.size:
+        return differ.size
+    # only the elements that differ need the tolerance (which is many passes over the data)
+    return verify.mismatches(np.asarray(result).reshape(-1)[differ], expected[differ], op, size,
+                             oracle.scale.reshape(-1)[differ]).size
+
+
+def _check(m: MPI.Comm, coll: Collective, oracle: _Oracle, runs, x, out, pristine, op) -> list:
+    """#wrong of each of ``runs``, summed over ranks: one untimed call each on fresh input,
+    into an ``out`` filled with junk first so that a call which writes nothing is caught."""
+    wrong = np.zeros(len(runs), np.int64)
+    for i, run in enumerate(runs):
+        np.copyto(x, pristine)
+        if out is not x:
+            out.view(np.uint8).fill(0xA5)
+        wrong[i] = _count_wrong(coll, oracle, run(), op, m.size)
+    m.Allreduce(MPI.IN_PLACE, wrong, MPI.SUM)
+    return wrong.tolist()
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+class Implementation(NamedTuple):
+    name: str             # "mpi", a pyar algorithm or "auto", or a peer
+    call: Callable        # call(x, out) -> run, a no-argument callable returning the result
+    variants: tuple       # out of place, in place, or both
+
+
+def _measure(seconds: float, nbytes: int, factor: float, wrong) -> dict:
+    algbw = nbytes / seconds / 1e9
+    return {"time_us": seconds * 1e6, "algbw": algbw, "busbw": algbw * factor, "wrong": wrong}
+
+
+def _auto_choice(name: str, size: int, x: np.ndarray) -> str:
+    """What ``auto`` runs for ``x`` (the call pyar's API makes)."""
+    return tuner.select(name, AUTO, size, x.size, x.nbytes, x.dtype)
+
+
+def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, iters=None,
+        warmup=None, check=1, algos="all,auto", dtype="float32", op="sum", peer=None,
+        file=sys.stdout, comm=None) -> dict:
+    """Benchmark, printing on rank 0; returns the report (config, rows, summary) on every rank.
+
+    ``iters`` and ``warmup`` None choose by size (:func:`default_iters`,
+    :func:`default_warmup`). ValueError/TypeError for bad arguments, before any timing.
+    """
     c = Comm.of(comm)
+    m, size = c.mpi, c.size
+    coll = entry(collective)
     op = ops.resolve(op)
     dtype = ops.check_dtype(dtype)
-    ops.check(op, dtype)
-    names = [LIBRARY] + [n for n in parse_algorithms(algos) if n != LIBRARY]
+    if coll.reduces:
+        ops.check(op, dtype)
+    if check not in (0, 1):
+        raise ValueError(f"check must be 0 or 1, got {check!r}")
+    if (iters is not None and iters < 1) or (warmup is not None and warmup < 0):
+        raise ValueError("need iters >= 1 and warmup >= 0")
+    if peer not in (None, GLOO):
+        raise ValueError(f"peer must be {GLOO!r}, got {peer!r}")
+    steps = sizes(parse_size(minbytes), parse_size(maxbytes), int(stepfactor))
+    names = [n for n in parse_algorithms(algos, collective) if n != LIBRARY]
     for name in names:
-        tuner.select("allreduce", name, c.size, 0, 0)      # unknown names fail here
+        if name != AUTO:
+            check_name(name, collective)
+    impls = [Implementation(LIBRARY, _library_call(collective, coll, c, op), coll.variants)]
+    impls += [Implementation(n, _pyar_call(collective, coll, n, c, op), coll.variants)
+              for n in names]
+    if peer == GLOO:
+        impls.append(Implementation(GLOO, gloo_peer(c, collective, dtype, op), (IN_PLACE,)))
+
+    config = dict(
+        collective=collective, baseline=coll.library, ranks=size, dtype=dtype.name,
+        op=str(op) if coll.reduces else "none", minbytes=steps[0], maxbytes=parse_size(maxbytes),
+        stepfactor=int(stepfactor), iters=iters, warmup=warmup, check=check,
+        algorithms=[i.name for i in impls], root=ROOT if coll.rooted else None,
+        pyar_algo=os.environ.get("PYAR_ALGO"), pyar=pyar.__version__,
+        mpi_library=MPI.Get_library_version().strip().splitlines()[0].strip(),
+        mpi4py=mpi4py.__version__, numpy=np.__version__, python=sys.version.split()[0])
     say = (lambda line: print(line, file=file, flush=True)) if c.rank == 0 else (lambda _: None)
-    say(f"# pyar bench: allreduce, {dtype} {op}, {c.size} ranks, "
-        f"{MPI.Get_library_version().splitlines()[0].strip()}")
-    say(f"# {'algorithm':<20}{'size':>8}{'count':>10}{'iters':>7}{'time(us)':>12}"
-        f"{'vs mpi':>8}  correct")
+    for line in _header(config):
+        say(line)
+
     rows = []
-    for nbytes in sizes(parse_size(minbytes), parse_size(maxbytes), int(stepfactor)):
-        count = max(nbytes // dtype.itemsize, 1)
-        x = verify.sample(c.rank, count, dtype, op)
-        out = np.empty_like(x)
-        n = iters or default_iters(nbytes)
-        baseline = None
-        for name in names:
-            seconds = _time(c, _call(c, x, out, op, name), n, warmup)
-            baseline = baseline or seconds
-            wrong = _wrong(c, out, x, op)
-            row = dict(algorithm=name, bytes=count * dtype.itemsize, count=count, iters=n,
-                       time_us=seconds * 1e6, ratio=seconds / baseline, wrong=wrong)
+    primary = coll.variants[0]
+    pyar_names = [n for n in names if n != AUTO]
+    for nbytes in steps:
+        total = max(nbytes // dtype.itemsize, 1)
+        count = max(total // size, 1) if coll.blocked else total
+        x_shape, out_shape = coll.shapes(size, count)
+        span = max(int(np.prod(x_shape)), int(np.prod(out_shape))) * dtype.itemsize
+        pristine = verify.sample(c.rank, int(np.prod(x_shape)), dtype,
+                                 op if coll.reduces else ops.Op.SUM).reshape(x_shape)
+        n_iters = iters or default_iters(span)
+        n_warmup = default_warmup(span) if warmup is None else warmup
+        oracle = _oracle(coll, m, pristine, out_shape, op) if check else None
+        found = {impl.name: {} for impl in impls}
+        for variant in VARIANTS:
+            active = [impl for impl in impls if variant in impl.variants]
+            if not active:
+                continue
+            x = pristine.copy()
+            out = x if variant == IN_PLACE else np.empty(out_shape, dtype)
+            runs = [impl.call(x, out) for impl in active]
+            # peers come last and are timed on their own: the threads of torch's gloo slowed
+            # the busy-polling MPI ranks batched next to it (seen on 2 cores)
+            ours = sum(impl.name != GLOO for impl in active)
+            with np.errstate(over="ignore", invalid="ignore"):     # repeated in-place sums
+                seconds = (_time_interleaved(m, runs[:ours], n_iters, n_warmup)
+                           + _time_interleaved(m, runs[ours:], n_iters, n_warmup))
+            wrong = (_check(m, coll, oracle, runs, x, out, pristine, op) if check
+                     else [None] * len(runs))
+            for impl, t, w in zip(active, seconds, wrong):
+                found[impl.name][variant] = _measure(t, span, coll.factor(size), w)
+        best = min((found[n][primary]["time_us"] for n in pyar_names), default=None)
+        for impl in impls:
+            mine = found[impl.name]
+            main = mine.get(primary) or mine[IN_PLACE]
+            row = dict(
+                size=span, count=count, type=dtype.name, redop=config["op"],
+                algorithm=impl.name,
+                chosen=_auto_choice(collective, size, pristine) if impl.name == AUTO else None,
+                iters=n_iters, warmup=n_warmup,
+                out_of_place=mine.get(OUT_OF_PLACE), in_place=mine.get(IN_PLACE),
+                vs_mpi={v: mine[v]["time_us"] / found[LIBRARY][v]["time_us"]
+                        for v in mine if v in found[LIBRARY]},
+                vs_best=(main["time_us"] / best
+                         if best and impl.name not in (LIBRARY, GLOO) else None))
             rows.append(row)
-            say(f"  {name:<20}{format_size(row['bytes']):>8}{count:>10}{n:>7}"
-                f"{row['time_us']:>12.1f}{row['ratio']:>8.2f}  {'yes' if not wrong else f'NO ({wrong} wrong)'}")
-    return rows
+            say(_format_row(row))
+    summary = _summary(rows, check)
+    for line in _footer(summary):
+        say(line)
+    return {"config": config, "rows": rows, "summary": summary}
+
+
+
+# -- output -----------------------------------------------------------------------------------------
+
+def _header(config: dict) -> list[str]:
+    by_size = "by size"
+    return [
+        f"# pyar bench: {config['collective']}, {config['ranks']} ranks, {config['dtype']} "
+        f"{config['op']}, baseline {config['baseline']} (timed in the same run)",
+        f"# minBytes {config['minbytes']} maxBytes {config['maxbytes']} step: "
+        f"{config['stepfactor']}(factor) warmup iters: {config['warmup'] or by_size} "
+        f"iters: {config['iters'] or by_size} validation: {config['check']}"
+        + (f" root: {config['root']}" if config["root"] is not None else ""),
+        f"# algorithms: {', '.join(config['algorithms'])}"
+        + (f"   PYAR_ALGO={config['pyar_algo']}" if config["pyar_algo"] else ""),
+        f"# MPI library: {config['mpi_library']}",
+        f"# pyar {config['pyar']}, mpi4py {config['mpi4py']}, numpy {config['numpy']}, "
+        f"python {config['python']}",
+        "#",
+        f"# {'':62}{'out-of-place':^33}{'in-place':^33}{'time / mpi':^14}",
+        f"# {'size':>10}{'count':>11}{'type':>9}{'redop':>6}  {'algorithm':<24}"
+        + f"{'time':>10}{'algbw':>8}{'busbw':>8}{'#wrong':>7}" * 2
+        + f"{'oop':>7}{'ip':>7}{'best':>7}",
+        f"# {'(B)':>10}{'(elements)':>11}{'':>9}{'':>6}  {'':<24}"
+        + f"{'(us)':>10}{'(GB/s)':>8}{'(GB/s)':>8}{'':>7}" * 2,
+    ]
+
+
+def _cells(measure) -> str:
+    if measure is None:
+        return f"{'N/A':>10}{'N/A':>8}{'N/A':>8}{'N/A':>7}"
+    wrong = "N/A" if measure["wrong"] is None else measure["wrong"]
+    return (f"{measure['time_us']:>10.1f}{measure['algbw']:>8.3f}{measure['busbw']:>8.3f}"
+            f"{wrong:>7}")
+
+
+def _ratio(value) -> str:
+    return f"{value:>7.2f}" if value is not None else f"{'':>7}"
+
+
+def _format_row(row: dict) -> str:
+    name = row["algorithm"] + (f":{row['chosen']}" if row["chosen"] else "")
+    return (f"  {row['size']:>10}{row['count']:>11}{row['type']:>9}{row['redop']:>6}  "
+            f"{name:<24}{_cells(row['out_of_place'])}{_cells(row['in_place'])}"
+            f"{_ratio(row['vs_mpi'].get(OUT_OF_PLACE))}{_ratio(row['vs_mpi'].get(IN_PLACE))}"
+            f"{_ratio(row['vs_best'])}")
+
+
+AUTO_REGRET_BOUND = 1.10      # issue 5: auto within 10% of the fastest pyar algorithm
+
+
+def _summary(rows: list[dict], check: int) -> dict:
+    """Per implementation the mean busbw over its rows (both variants, as nccl-tests averages),
+    the same over all pyar algorithms, the wrong elements, and auto's regret at each size."""
+    busbw: dict[str, list] = {}
+    for row in rows:
+        for variant in VARIANTS:
+            if row[variant] is not None:
+                busbw.setdefault(row["algorithm"], []).append(row[variant]["busbw"])
+    pyar_values = [v for name, values in busbw.items() if name not in (LIBRARY, GLOO)
+                   for v in values]
+    regret = [{"size": row["size"], "chosen": row["chosen"], "regret": row["vs_best"]}
+              for row in rows if row["algorithm"] == AUTO and row["vs_best"] is not None]
+    return {
+        "avg_busbw": float(np.mean(pyar_values)) if pyar_values else None,
+        "avg_busbw_by_algorithm": {name: float(np.mean(v)) for name, v in busbw.items()},
+        "wrong": (sum(row[v]["wrong"] for row in rows for v in VARIANTS if row[v] is not None)
+                  if check else None),
+        "auto_regret": regret,
+    }
+
+
+def _footer(summary: dict) -> list[str]:
+    wrong = summary["wrong"]
+    lines = ["# Wrong elements       : "
+             + ("not checked" if wrong is None else f"{wrong} {'OK' if not wrong else 'FAILED'}")]
+    if summary["avg_busbw"] is not None:
+        lines.append(f"# Avg bus bandwidth    : {summary['avg_busbw']:.3f} GB/s "
+                     "(pyar's algorithms; each below)")
+    for name, value in summary["avg_busbw_by_algorithm"].items():
+        lines.append(f"#   {name:<20}{value:>10.3f}")
+    regret = summary["auto_regret"]
+    if regret:
+        worst = max(regret, key=lambda r: r["regret"])
+        within = sum(r["regret"] <= AUTO_REGRET_BOUND for r in regret)
+        lines.append(f"# auto regret (its time over the fastest pyar algorithm's): worst "
+                     f"{worst['regret']:.2f}x at {format_size(worst['size'])}B; within "
+                     f"{AUTO_REGRET_BOUND - 1:.0%} at {within} of {len(regret)} sizes")
+    return lines
+
+
+def write_json(report: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+
+
+def pyplot():
+    """matplotlib.pyplot on a file-only backend; ValueError if matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ValueError(f"--plot needs matplotlib (pip install 'pyar[plot]'): {e}") from None
+    return plt
+
+
+def plot(report: dict, path: str) -> None:
+    """Bus bandwidth against size per implementation, log axes (algbw at 1 rank, where busbw
+    is 0)."""
+    plt = pyplot()
+    config = report["config"]
+    metric = "busbw" if entry(config["collective"]).factor(config["ranks"]) else "algbw"
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    for name in config["algorithms"]:
+        points = [(row["size"], (row["out_of_place"] or row["in_place"])[metric])
+                  for row in report["rows"] if row["algorithm"] == name]
+        style = dict(color="black", linestyle="--", linewidth=2) if name == LIBRARY else {}
+        ax.plot(*zip(*points), marker="o", markersize=3, label=name, **style)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(lambda value, _: format_size(int(value)))
+    ax.set_yscale("log")
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel(f"{'bus' if metric == 'busbw' else 'algorithm'} bandwidth (GB/s)")
+    ax.set_title(f"pyar bench: {config['collective']}, {config['dtype']} {config['op']}, "
+                 f"{config['ranks']} ranks (mpi = {config['baseline']})", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -37,11 +37,24 @@ def info(args) -> int:
 
 
 def bench(args) -> int:
+    from mpi4py import MPI
+
     from pyar import bench as b
 
-    rows = b.run(args.minbytes, args.maxbytes, args.stepfactor, args.iters, args.warmup,
-                 args.algo, args.dtype, args.op)
-    return 1 if any(row["wrong"] for row in rows) else 0
+    if args.plot:
+        b.pyplot()                      # missing matplotlib fails before anything is timed
+    report = b.run(collective=args.collective, minbytes=args.minbytes, maxbytes=args.maxbytes,
+                   stepfactor=args.stepfactor, iters=args.iters, warmup=args.warmup,
+                   check=args.check, algos=args.algo, dtype=args.dtype, op=args.op,
+                   peer=args.peer)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        if args.json:
+            b.write_json(report, args.json)
+            print(f"# json: {args.json}", flush=True)
+        if args.plot:
+            b.plot(report, args.plot)
+            print(f"# plot: {args.plot}", flush=True)
+    return 1 if report["summary"]["wrong"] else 0
 
 
 def sim(args) -> int:
@@ -140,17 +153,29 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pyar", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, the MPI library, the registered algorithms")
-    p = sub.add_parser("bench", help="time allreduce algorithms against MPI_Allreduce "
-                                     "(run under mpiexec)")
+    p = sub.add_parser("bench", help="time pyar's algorithms against the MPI library's own "
+                                     "collective, nccl-tests style (run under mpiexec)")
     p.add_argument("-b", "--minbytes", default="8", help="smallest message (default 8)")
     p.add_argument("-e", "--maxbytes", default="4M", help="largest message (default 4M)")
     p.add_argument("-f", "--stepfactor", type=int, default=4, help="size multiplier (default 4)")
     p.add_argument("-n", "--iters", type=int, default=None,
-                   help="timed iterations per size (default: by size)")
-    p.add_argument("-w", "--warmup", type=int, default=5, help="untimed iterations (default 5)")
-    p.add_argument("-a", "--algo", default="all", help="comma list of algorithms, or all")
+                   help="timed calls per size and implementation (default: by size)")
+    p.add_argument("-w", "--warmup", type=int, default=None,
+                   help="untimed calls before timing (default: by size)")
+    p.add_argument("-c", "--check", type=int, default=1,
+                   help="1: check every row against the MPI library's result (default); 0: don't")
+    p.add_argument("-a", "--algo", default="all,auto",
+                   help="comma list of algorithms; 'all' = every registered one (default all,auto)")
     p.add_argument("-d", "--dtype", default="float32")
     p.add_argument("-o", "--op", default="sum")
+    p.add_argument("--collective", default="allreduce",
+                   help="allreduce, reduce_scatter, allgather, reduce, bcast or alltoall "
+                        "(default allreduce)")
+    p.add_argument("--peer", choices=["gloo"], default=None,
+                   help="also time torch.distributed's gloo (needs torch)")
+    p.add_argument("--json", metavar="FILE", help="write the configuration and every row")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw busbw against size (needs matplotlib: pip install 'pyar[plot]')")
     p = sub.add_parser("sim", help="simulate algorithms for many ranks in this process: "
                                    "steps, traffic, time, correctness")
     p.add_argument("-a", "--algo", default="all", help="comma list of algorithms, or all")

@@ -1,0 +1,191 @@
+"""`pyar bench`: the nccl-tests style table, its JSON and plot, its checks, and its errors."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from launch import explain, run
+
+import pyar
+from pyar import bench
+from pyar.bench import format_size, parse_algorithms, parse_size, sizes
+
+VARIANTS = ("out_of_place", "in_place")
+
+
+def table_rows(stdout):
+    return [line.split() for line in stdout.splitlines() if line and not line.startswith("#")]
+
+
+def check_measure(measure, size, factor):
+    assert measure["time_us"] > 0
+    assert measure["algbw"] == pytest.approx(size / measure["time_us"] / 1e3)
+    assert measure["busbw"] == pytest.approx(measure["algbw"] * factor)
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_bench_table_json_and_plot(nprocs, tmp_path):
+    out = tmp_path / "bench.json"
+    picture = tmp_path / "bench.png"
+    proc = run(nprocs, "-m", "pyar", "bench", "-b", "8", "-e", "64K", "-f", "64", "-n", "3",
+               "-w", "1", "--json", str(out), "--plot", str(picture), timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    report = json.loads(out.read_text())
+    config, rows = report["config"], report["rows"]
+    names = ["mpi", *[n for n in pyar.algorithms() if n != "mpi"], "auto"]
+    assert config["ranks"] == nprocs and config["collective"] == "allreduce"
+    assert config["algorithms"] == names and config["check"] == 1
+    assert [(r["size"], r["algorithm"]) for r in rows] == \
+        [(s, n) for s in (8, 512, 32768) for n in names]
+    for row in rows:
+        assert row["count"] == row["size"] // 4 and row["type"] == "float32"
+        assert row["redop"] == "sum" and row["iters"] == 3 and row["warmup"] == 1
+        for variant in VARIANTS:
+            check_measure(row[variant], row["size"], 2 * (nprocs - 1) / nprocs)
+            assert row[variant]["wrong"] == 0, row
+        assert set(row["vs_mpi"]) == set(VARIANTS)
+        assert (row["vs_best"] is None) == (row["algorithm"] == "mpi")
+        assert (row["chosen"] is not None) == (row["algorithm"] == "auto")
+    mpi = [r for r in rows if r["algorithm"] == "mpi"]
+    assert all(r["vs_mpi"] == {v: 1.0 for v in VARIANTS} for r in mpi)
+    summary = report["summary"]
+    assert summary["wrong"] == 0 and set(summary["avg_busbw_by_algorithm"]) == set(names)
+    assert [r["size"] for r in summary["auto_regret"]] == [8, 512, 32768]
+    # the printed table is the JSON's, row for row
+    printed = table_rows(proc.stdout)
+    assert [(int(p[0]), p[4].split(":")[0]) for p in printed] == \
+        [(r["size"], r["algorithm"]) for r in rows]
+    assert all(p[8] == p[12] == "0" for p in printed), proc.stdout
+    for needle in (f"{nprocs} ranks", "MPI library: ", "# Avg bus bandwidth", "auto regret",
+                   "# Wrong elements       : 0 OK", f"# plot: {picture}"):
+        assert needle in proc.stdout, proc.stdout
+    assert picture.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_bench_counts_a_wrong_algorithm(tmp_path):
+    out = tmp_path / "broken.json"
+    proc = run(3, "tests/bench_driver.py", "broken", "--", "-b", "64", "-e", "4K", "-f", "64",
+               "-n", "2", "-w", "1", "-a", "copy_left,ring", "--json", str(out), timeout=200)
+    assert proc.returncode == 1, explain(proc)          # wrong rows fail the run
+    rows = {(r["size"], r["algorithm"]): r for r in json.loads(out.read_text())["rows"]}
+    for size in (64, 4096):
+        for variant in VARIANTS:
+            # every element of every rank: copy_left passes on one input instead of the sum
+            assert rows[size, "copy_left"][variant]["wrong"] == 3 * size // 4
+            assert rows[size, "ring"][variant]["wrong"] == 0
+            assert rows[size, "mpi"][variant]["wrong"] == 0
+    assert "FAILED" in proc.stdout
+
+
+def test_bench_drives_every_collective(tmp_path):
+    """Each table entry (pyar's own collective where it has one, else a plain mpi4py stand-in):
+    nccl-tests sizes and bus factors, variants, and every row correct."""
+    proc = run(3, "tests/bench_driver.py", "stand_ins", str(tmp_path), "--", "-b", "24",
+               "-e", "1536", "-f", "64", "-n", "2", "-w", "1", "-a", "auto", timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    expect = {  # collective: (size for -b 24 and -e 1536 at 3 ranks, count, factor, variants)
+        "reduce_scatter": ([24, 1536], [2, 128], 2 / 3, ["out_of_place"]),
+        "allgather": ([24, 1536], [2, 128], 2 / 3, ["out_of_place"]),
+        "reduce": ([24, 1536], [6, 384], 1, VARIANTS),
+        "bcast": ([24, 1536], [6, 384], 1, ["in_place"]),
+        "alltoall": ([24, 1536], [2, 128], 2 / 3, VARIANTS),
+    }
+    for name, (sizes_, counts, factor, variants) in expect.items():
+        report = json.loads((tmp_path / f"{name}.json").read_text())
+        assert report["config"]["collective"] == name
+        rows = report["rows"]
+        assert [r["algorithm"] for r in rows] == ["mpi", "auto"] * 2
+        assert [r["size"] for r in rows[::2]] == sizes_ and [r["count"] for r in rows[::2]] == counts
+        for row in rows:
+            for variant in VARIANTS:
+                if variant in variants:
+                    check_measure(row[variant], row["size"], factor)
+                    assert row[variant]["wrong"] == 0, (name, row)
+                else:
+                    assert row[variant] is None
+        assert report["summary"]["wrong"] == 0
+
+
+def test_bench_without_torch_says_so():
+    proc = run(2, "tests/bench_driver.py", "no_torch", "--", "-e", "8", "--peer", "gloo",
+               timeout=100)
+    assert proc.returncode != 0
+    assert "--peer gloo needs torch (pip install torch), which is not importable" in proc.stderr
+
+
+def test_bench_rejects_bad_arguments_before_timing():
+    for args, message in [(["-a", "nope"], "unknown allreduce algorithm 'nope'"),
+                          (["--collective", "gather"], "collective must be one of"),
+                          (["-c", "2"], "check must be 0 or 1"),
+                          (["-o", "avg", "-d", "int32"], "op 'avg' needs a floating dtype")]:
+        proc = run(1, "-m", "pyar", "bench", "-e", "8", *args, timeout=100)
+        assert proc.returncode == 2 and message in proc.stderr, (args, explain(proc))
+        assert not table_rows(proc.stdout), (args, proc.stdout)
+
+
+def test_a_collective_pyar_lacks_is_unavailable(monkeypatch):
+    monkeypatch.delattr(pyar, "alltoall", raising=False)
+    with pytest.raises(ValueError, match="pyar.alltoall is not implemented in this version"):
+        bench.entry("alltoall")
+    assert bench.entry("allreduce").library == "comm.Allreduce"
+
+
+def test_exact_collectives_count_every_differing_element():
+    allgather = bench.COLLECTIVES["allgather"]
+    expected = np.arange(12, dtype=np.float32).reshape(3, 4)
+    result = expected.copy()
+    result[1, 2] += 1
+    result[2, 0] = -0.5
+    oracle = bench._Oracle(expected, None)
+    assert bench._count_wrong(allgather, oracle, result, "sum", 3) == 2
+    assert bench._count_wrong(allgather, oracle, expected.copy(), "sum", 3) == 0
+    assert bench._count_wrong(allgather, oracle, None, "sum", 3) == 12
+
+
+def test_reductions_count_only_what_is_beyond_tolerance():
+    allreduce = bench.COLLECTIVES["allreduce"]
+    expected = np.full(8, 3000.0, np.float32)
+    scale = np.full(8, 3000.0)
+    result = expected.copy()
+    result[0] = np.nextafter(result[0], np.float32(np.inf))    # one ulp: within 2 * 2 * eps
+    result[5] = 3001.0                                          # far off
+    oracle = bench._Oracle(expected, scale)
+    assert bench._count_wrong(allreduce, oracle, result, "sum", 2) == 1
+
+
+def test_plot_without_matplotlib_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ValueError, match=r"--plot needs matplotlib \(pip install 'pyar\[plot\]'\)"):
+        bench.pyplot()
+
+
+def test_sizes_parse_like_nccl_tests():
+    assert [parse_size(s) for s in ("8", "64K", "4M", "1G", "2KiB")] == \
+        [8, 65536, 4 << 20, 1 << 30, 2048]
+    assert sizes(8, 128, 4) == [8, 32, 128]
+    assert format_size(4 << 20) == "4M" and format_size(1000) == "1000"
+    with pytest.raises(ValueError, match="size must look like"):
+        parse_size("lots")
+
+
+def test_algorithm_lists():
+    registered = [n for n in pyar.algorithms() if n != "mpi"]
+    assert parse_algorithms("all,auto") == [*registered, "mpi", "auto"]
+    assert parse_algorithms("ring, auto,ring") == ["ring", "auto"]
+    assert bench.default_iters(8) == 20 and bench.default_iters(64 << 20) == 2
+    assert bench._batches(10) == [3, 3, 2, 2] and bench._batches(2) == [1, 1]
+
+
+def test_a_call_that_writes_nothing_is_wrong_even_after_a_right_one():
+    from mpi4py import MPI
+
+    allreduce = bench.COLLECTIVES["allreduce"]
+    pristine = np.arange(1.0, 9.0, dtype=np.float32)
+    x, out = pristine.copy(), pristine.copy()           # out already holds the right answer
+    oracle = bench._Oracle(pristine.copy(), np.abs(pristine).astype(np.float64))
+    right = lambda: np.copyto(out, x) or out            # noqa: E731  (allreduce at 1 rank)
+    nothing = lambda: out                               # noqa: E731
+    assert bench._check(MPI.COMM_SELF, allreduce, oracle, [right, nothing, right], x, out,
+                        pristine, pyar.Op.SUM) == [0, 8, 0]

@@ -67,14 +67,18 @@ def sim(args) -> int:
     from pyar.bench import parse_algorithms
 
     names = [n for n in parse_algorithms(args.algo) if n != "mpi"]
-    schedules = [pyar.schedule(name, args.nranks, args.count) for name in names]
+    topology = (pyar.Topology.regular(args.nranks, args.ranks_per_node)
+                if args.ranks_per_node else None)
+    schedules = [pyar.schedule(name, args.nranks, args.count, topology=topology)
+                 for name in names]
     inputs = [verify.sample(r, args.count, args.dtype, args.op) for r in range(args.nranks)]
     expected = verify.reference(inputs, args.op)
     scale = verify.magnitude(inputs, args.op)
+    nodes = f", {len(topology.nodes)} nodes" if topology else ""
     print(f"# pyar sim: allreduce of {args.count} {args.dtype} per rank, {args.op}, "
-          f"{args.nranks} ranks, in one process")
+          f"{args.nranks} ranks{nodes}, in one process")
     print(f"# {'algorithm':<20}{'steps':>7}{'max sent':>12}{'mean sent':>12}{'messages':>10}"
-          f"{'seconds':>9}  correct")
+          f"{'inter-node':>12}{'seconds':>9}  correct")
     wrong = 0
     for name, schedule in zip(names, schedules):
         start = time.perf_counter()
@@ -86,7 +90,7 @@ def sim(args) -> int:
         sent = [s.bytes_sent for s in result.stats]
         print(f"  {name:<20}{max(s.steps for s in result.stats):>7}{max(sent):>12}"
               f"{sum(sent) / len(sent):>12.0f}{sum(s.messages for s in result.stats):>10}"
-              f"{seconds:>9.1f}  {'yes' if not bad else f'NO ({bad} wrong)'}", flush=True)
+              f"{sum(s.bytes_sent_inter_node for s in result.stats):>12}{seconds:>9.1f}  {'yes' if not bad else f'NO ({bad} wrong)'}", flush=True)
     return 1 if wrong else 0
 
 
@@ -183,6 +187,8 @@ def main(argv=None) -> int:
     p.add_argument("-c", "--count", type=int, default=4096, help="elements per rank")
     p.add_argument("-d", "--dtype", default="float32")
     p.add_argument("-o", "--op", default="sum")
+    p.add_argument("--ranks-per-node", type=int, default=0,
+                   help="emulate nodes of this many ranks (inter-node bytes: total over ranks)")
     p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model, "
                                      "current tuning parameters), no MPI")
     p.add_argument("-a", "--algo", default="all",

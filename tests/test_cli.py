@@ -25,6 +25,15 @@ def test_sim_reports_traffic_and_correctness():
     assert rows["ring"][1:3] == ["30", str(2 * 15 * 100 * 4)]      # 2(N-1) steps, 2(N-1)/N*M
     assert rows["naive"][1:3] == ["2", str(15 * 1600 * 4)]
     assert rows["ring"][-1] == rows["naive"][-1] == "yes"
+    nodes = subprocess.run([sys.executable, "-m", "pyar", "sim", "-n", "16", "-c", "4096",
+                            "-a", "ring,hierarchical", "--ranks-per-node", "4"],
+                           capture_output=True, text=True, timeout=120)
+    rows = {line.split()[0]: line.split() for line in nodes.stdout.splitlines()
+            if not line.startswith("#")}
+    assert "4 nodes" in nodes.stdout and rows["hierarchical"][-1] == "yes"
+    # 4 nodes each send 2(K-1)/K of the 16 KiB buffer across; ring crosses 4 links each 2(N-1)/N
+    assert int(rows["hierarchical"][5]) == 4 * 2 * 3 / 4 * 16384
+    assert int(rows["ring"][5]) == 4 * 2 * 15 / 16 * 16384
     bad = subprocess.run([sys.executable, "-m", "pyar", "sim", "-a", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown allreduce algorithm 'nope'" in bad.stderr

@@ -21,10 +21,11 @@ settings.load_profile("pyar")
 @pytest.fixture
 def scratch_registry():
     """Algorithms a test registers are forgotten after it."""
-    from pyar.algorithms import _registry
+    from pyar.algorithms import _registry, generation
 
     saved = {collective: dict(table) for collective, table in _registry.items()}
     yield
     for collective, table in saved.items():
         _registry[collective].clear()
         _registry[collective].update(table)
+    generation[0] += 1

@@ -102,3 +102,51 @@ def test_comm_is_cached_on_the_communicator():
     assert world.mpi != MPI.COMM_WORLD and world.size == MPI.COMM_WORLD.size
     with pytest.raises(TypeError, match="intracommunicator|mpi4py"):
         pyar.Comm(MPI.COMM_NULL)
+
+
+def test_a_repeated_call_sees_a_re_registered_algorithm_and_pyar_algo(scratch_registry,
+                                                                      monkeypatch):
+    """Repeated signatures skip the checks (pyar.api._Repeat), but never a change of builder or
+    of PYAR_ALGO."""
+    from mpi4py import MPI
+    x = np.arange(5.0)
+
+    @pyar.register_algorithm("t_repeat")
+    def nothing(rank, size, count, topology=None):
+        return []
+
+    for _ in range(3):
+        assert pyar.allreduce(x, algorithm="t_repeat", comm=MPI.COMM_SELF).tolist() == x.tolist()
+
+    @pyar.register_algorithm("t_repeat")
+    def broken(rank, size, count, topology=None):
+        raise ValueError("the new builder ran")
+
+    with pytest.raises(ValueError, match="the new builder ran"):
+        pyar.allreduce(x, algorithm="t_repeat", comm=MPI.COMM_SELF)
+    for _ in range(2):
+        pyar.allreduce(x, comm=MPI.COMM_SELF)
+    monkeypatch.setenv("PYAR_ALGO", "t_repeat")
+    with pytest.raises(ValueError, match="the new builder ran"):
+        pyar.allreduce(x, comm=MPI.COMM_SELF)
+
+
+def test_repeated_calls_honour_every_out_contract():
+    from mpi4py import MPI
+    x = np.arange(6.0).reshape(2, 3)
+    for _ in range(3):
+        new = pyar.allreduce(x, comm=MPI.COMM_SELF)
+        assert new is not x and np.array_equal(new, x)
+        out = np.zeros_like(x)
+        assert pyar.allreduce(x, out, comm=MPI.COMM_SELF) is out and np.array_equal(out, x)
+        strided = np.zeros((2, 6))[:, ::2]
+        assert pyar.allreduce(x, strided, comm=MPI.COMM_SELF) is strided
+        assert np.array_equal(strided, x)
+        y = x.copy()
+        assert pyar.allreduce(y, y, comm=MPI.COMM_SELF) is y and np.array_equal(y, x)
+        with pytest.raises(ValueError, match="out must have"):
+            pyar.allreduce(x, np.zeros(6), comm=MPI.COMM_SELF)
+        frozen = np.zeros_like(x)
+        frozen.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            pyar.allreduce(x, frozen, comm=MPI.COMM_SELF)

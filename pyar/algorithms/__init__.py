@@ -14,6 +14,7 @@ LIBRARY = "mpi"      # delegates to the MPI library's own collective: the baseli
 AUTO = "auto"        # the tuner's choice
 
 _registry: dict[str, dict[str, Builder]] = {c: {} for c in COLLECTIVES}
+generation = [0]     # bumped by every registration: caches keyed by name can tell they are stale
 
 
 def _check_collective(collective: str) -> dict[str, Builder]:
@@ -38,6 +39,7 @@ def register_algorithm(name: str, collective: str = "allreduce"):
         if not callable(builder):
             raise TypeError(f"register_algorithm needs a callable builder, got {builder!r}")
         table[name] = builder
+        generation[0] += 1
         return builder
 
     return register

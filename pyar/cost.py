@@ -39,9 +39,24 @@ For a rank count ``N = pof2 + rem`` that is not a power of two, MPICH's fold
 (recursive doubling, Rabenseifner) adds two steps on the critical path:
 ``2 alpha + 2 M beta + M gamma`` on top of the formula for ``pof2``.
 
-:func:`formula` gives those closed forms for the built-in builders (what the
-``auto`` tuner uses, since building a 1,024-rank ring schedule takes tens of
-seconds); :func:`predict` costs any schedule, a user's included.
+:func:`formula` gives closed forms for every built-in builder of every
+collective (what the ``auto`` tuner uses, since building a 1,024-rank ring
+schedule takes tens of seconds); :func:`predict` costs any schedule, a
+user's included. Beyond the table (``L = ceil(log2 N)``, ``M`` the
+collective's buffer, allgather's the gathered total): ring reduce-scatter,
+pairwise reduce-scatter ``(N-1)(alpha + M/N (beta + gamma))``; ring
+allgather ``(N-1)(alpha + M/N beta)``; binomial reduce and bcast ``L(alpha +
+M beta)`` (+ ``L M gamma``); bruck ``L`` steps, ``(N-1)/N M`` bytes, a
+second message in each round that passes two or more blocks; scatter_allgather
+a binomial scatter ``L alpha + (N-1)/N M beta`` then the ring allgather;
+reduce_scatter_gather the recursive-halving reduce-scatter then that
+gather; pairwise alltoall ``N-1`` rounds (``N`` for odd N) of ``M/N``;
+linear alltoall one step whose critical path alternates between send and
+receive ports: ``2N-3`` messages of ``M/N``; dissemination ``L alpha``;
+segmented_ring ring's bytes in ``G`` times ring's messages; hierarchical
+its three rings on the topology's nodes (see ``_hierarchical``). All are
+exact (equal to :func:`predict`, :data:`EXACT`) except double_binary_tree's,
+an estimate of an irregular pipeline (see ``_double_binary_tree``).
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ def _allreduce(x, out, op, algorithm, comm):
     op = ops.resolve(op)
     ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
-    name = tuner.select("allreduce", algorithm, c.size, x.size, x.nbytes, x.dtype)
+    name = tuner.select("allreduce", algorithm, c.size, x.size, x.nbytes, x.dtype,
+                        topology=c.topology)
     work = buffers.prepare(x, out)          # last: it may write out
     data = work.data
     plan = None
@@ -132,7 +133,8 @@ def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None):
     op = ops.resolve(op)
     ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
-    name = tuner.select("reduce_scatter", algorithm, c.size, x.size, x.nbytes, x.dtype)
+    name = tuner.select("reduce_scatter", algorithm, c.size, x.size, x.nbytes, x.dtype,
+                        topology=c.topology)
     block = collectives.block(x.size, c.size, c.rank)
     n = block.stop - block.start
     if out is not None and out is not x:
@@ -174,7 +176,7 @@ def allgather(x, out=None, *, algorithm="auto", comm=None):
     c = Comm.of(comm)
     shape = (c.size, *x.shape)
     name = tuner.select("allgather", algorithm, c.size, x.size * c.size, x.nbytes * c.size,
-                        x.dtype)
+                        x.dtype, topology=c.topology)
     if out is None:
         out = np.empty(shape, x.dtype)
     else:
@@ -201,7 +203,7 @@ def reduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None):
     ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
     _check_root(root, c.size)
-    name = tuner.select("reduce", algorithm, c.size, x.size, x.nbytes, x.dtype)
+    name = tuner.select("reduce", algorithm, c.size, x.size, x.nbytes, x.dtype, topology=c.topology)
     if c.rank == root:
         work = buffers.prepare(x, out)
         data = work.data
@@ -228,7 +230,7 @@ def bcast(x, *, root=0, algorithm="auto", comm=None):
         raise ValueError("x is read-only; bcast writes the root's data into it")
     c = Comm.of(comm)
     _check_root(root, c.size)
-    name = tuner.select("bcast", algorithm, c.size, x.size, x.nbytes, x.dtype)
+    name = tuner.select("bcast", algorithm, c.size, x.size, x.nbytes, x.dtype, topology=c.topology)
     work = buffers.prepare(x, x)
     if name == LIBRARY:
         library.library_bcast(c.mpi, work.data, root)
@@ -245,7 +247,8 @@ def alltoall(x, out=None, *, algorithm="auto", comm=None):
     buffers.check_array(x)
     c = Comm.of(comm)
     collectives.check_alltoall(x.shape, c.size)
-    name = tuner.select("alltoall", algorithm, c.size, x.size, x.nbytes, x.dtype)
+    name = tuner.select("alltoall", algorithm, c.size, x.size, x.nbytes, x.dtype,
+                        topology=c.topology)
     work = buffers.prepare(x, out)
     if name == LIBRARY:
         library.library_alltoall(c.mpi, work.data)
@@ -260,7 +263,7 @@ _NOTHING = np.empty(0, np.uint8)
 def barrier(*, algorithm="auto", comm=None) -> None:
     """Return once every rank of ``comm`` has entered the barrier."""
     c = Comm.of(comm)
-    name = tuner.select("barrier", algorithm, c.size, 0, 0)
+    name = tuner.select("barrier", algorithm, c.size, 0, 0, topology=c.topology)
     if name == LIBRARY:
         c.mpi.Barrier()
     else:

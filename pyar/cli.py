@@ -100,6 +100,7 @@ def model(args) -> int:
     from pyar import tuner
     from pyar.bench import format_size, parse_size
     from pyar.ops import check_dtype
+    from pyar.topology import Topology
 
     dtype = check_dtype(args.dtype)
     nbytes = parse_size(args.bytes)
@@ -107,14 +108,18 @@ def model(args) -> int:
         raise ValueError(f"need -n >= 1 and --bytes a multiple of the {dtype} item size "
                          f"({dtype.itemsize})")
     count = nbytes // dtype.itemsize
+    topology = None if args.ranks_per_node is None else \
+        Topology.regular(args.nranks, args.ranks_per_node)
     params = tuner.parameters()
-    names = tuner.candidates(args.collective) if args.algo == "all" else \
+    names = tuner.candidates(args.collective, topology) if args.algo == "all" else \
         [n.strip() for n in args.algo.split(",") if n.strip()]
     rows = tuner.predictions(args.collective, args.nranks, count, dtype, params, names,
-                             exact=args.schedule)
+                             exact=args.schedule, topology=topology)
     us = 1e6
+    nodes = "" if topology is None else \
+        f", {len(topology.nodes)} nodes of {args.ranks_per_node}"
     print(f"# pyar model: {args.collective} of {format_size(nbytes)} ({count} {dtype}) "
-          f"on {args.nranks} ranks")
+          f"on {args.nranks} ranks{nodes}")
     print(f"# parameters: {tuner.source()}")
     print(f"# alpha {params.alpha * us:.3g} us, beta {params.beta * 1e9:.3g} ns/B, "
           f"gamma({dtype}) {params.gamma_of(dtype) * 1e9:.3g} ns/B, "
@@ -201,6 +206,8 @@ def main(argv=None) -> int:
     p.add_argument("--collective", default="allreduce", help="default allreduce")
     p.add_argument("--schedule", action="store_true",
                    help="cost the schedules themselves, not the built-in closed forms")
+    p.add_argument("--ranks-per-node", type=int, default=None, metavar="K",
+                   help="ranks 0..K-1 on node 0, the next K on node 1, ... (default: one node)")
     p = sub.add_parser("tune", help="measure alpha, beta, gamma, delta and write the tuning "
                                     "file (run under mpiexec -n 2)")
     p.add_argument("--quick", action="store_true", help="a short, rougher measurement")

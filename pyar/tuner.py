@@ -13,10 +13,13 @@ differently get a MismatchError, not a hang).
 
 Candidates are the built-in algorithms (those defined in
 :mod:`pyar.algorithms`) and those a user added with :func:`consider`;
-``mpi`` is never one (it has no schedule to cost). A candidate whose
-schedule cannot be built here (one that needs a topology: its builder
-raises ValueError or ScheduleError) is left out. Choices are memoised, so a
-hot loop of one size pays a dict lookup.
+``mpi`` is never one (it has no schedule to cost). ``hierarchical`` competes
+only on a topology of several nodes (on one it is a plain ring), costed on
+that topology. Built-ins are costed by their closed forms
+(:func:`pyar.cost.formula`), never by building a schedule; a user's
+candidate is costed from its schedule, and left out if that cannot be built
+here (its builder raises ValueError or ScheduleError). Choices are memoised,
+so a hot loop of one size pays a dict lookup.
 """
 
 from __future__ import annotations
@@ -94,11 +97,12 @@ def _forced(text: str, collective: str) -> str | None:
 
 
 def select(collective: str, algorithm: str, size: int, count: int, nbytes: int,
-           dtype=None) -> str:
+           dtype=None, topology=None) -> str:
     """The algorithm to run: ``algorithm`` unless it is ``auto``; ValueError if unknown.
 
     ``dtype`` sets the reduction cost; None means the float of the element
-    size ``nbytes // count``.
+    size ``nbytes // count``. ``topology`` (the Comm's) lets topology-aware
+    algorithms compete when it has several nodes.
     """
     if algorithm != AUTO:
         return check_name(algorithm, collective)
@@ -110,21 +114,25 @@ def select(collective: str, algorithm: str, size: int, count: int, nbytes: int,
                 return check_name(forced, collective)
             except ValueError as e:
                 raise ValueError(f"PYAR_ALGO: {e}") from None
-    key = (collective, size, count, nbytes, dtype, _tuning_file())
-    name = _memo.get(key)
-    if name is None:
+    # id(): hashing a Topology hashes all its ranks; the entry keeps the object, so its id
+    # cannot be reused while the entry lives
+    key = (collective, size, count, nbytes, dtype, _tuning_file(), id(topology))
+    found = _memo.get(key)
+    if found is None:
         if len(_memo) >= _MEMO_SIZE:
             _memo.clear()
         if dtype is None:
             dtype = _FLOATS.get(nbytes // count if count else 4, "float32")
-        name = _memo[key] = choose(collective, size, count, dtype, parameters())
-    return name
+        found = _memo[key] = (choose(collective, size, count, dtype, parameters(), topology),
+                              topology)
+    return found[0]
 
 
-def choose(collective: str, size: int, count: int, dtype, params: cost.Params) -> str:
+def choose(collective: str, size: int, count: int, dtype, params: cost.Params,
+           topology=None) -> str:
     """The candidate with the least predicted time (ties: the first by name)."""
     times = {name: p.time for name, (p, _) in predictions(collective, size, count, dtype,
-                                                            params).items()}
+                                                            params, topology=topology).items()}
     if not times:
         raise ValueError(f"auto: no {collective} algorithm can be costed for {size} ranks; "
                          f"name one")
@@ -132,23 +140,36 @@ def choose(collective: str, size: int, count: int, dtype, params: cost.Params) -
 
 
 def predictions(collective: str, size: int, count: int, dtype, params: cost.Params,
-                names=None, *, exact: bool = False) -> dict:
-    """``{name: (Prediction, source)}`` for ``names`` (default: the candidates)."""
+                names=None, *, exact: bool = False, topology=None) -> dict:
+    """``{name: (Prediction, source)}`` for ``names`` (default: the candidates on ``topology``)."""
     out = {}
-    for name in candidates(collective) if names is None else names:
+    for name in candidates(collective, topology) if names is None else names:
         try:
-            out[name] = cost.estimate(collective, name, size, count, dtype, params, exact=exact)
+            out[name] = cost.estimate(collective, name, size, count, dtype, params, exact=exact,
+                                      topology=topology)
         except (ValueError, ScheduleError):
             if names is not None:
                 raise
     return out
 
 
-def candidates(collective: str) -> list[str]:
-    """What ``auto`` chooses from: the built-in algorithms and those passed to :func:`consider`."""
+def candidates(collective: str, topology=None) -> list[str]:
+    """What ``auto`` chooses from: the built-in algorithms and those passed to :func:`consider`.
+
+    A topology-aware built-in (``hierarchical``) only when ``topology`` has
+    several nodes: on one node it is a plain ring.
+    """
     opted = _considered.get(collective, ())
-    return [name for name in algorithms(collective) if name != LIBRARY and (
-        name in opted or builder(name, collective).__module__.startswith("pyar.algorithms."))]
+    nodes = 1 if topology is None else len(topology.nodes)
+    out = []
+    for name in algorithms(collective):
+        if name == LIBRARY:
+            continue
+        made = builder(name, collective)
+        if name in opted or (made.__module__.startswith("pyar.algorithms.")
+                             and (nodes > 1 or made not in cost.TOPOLOGICAL)):
+            out.append(name)
+    return out
 
 
 def consider(name: str, collective: str = "allreduce") -> None:

@@ -10,8 +10,9 @@ from launch import explain, run
 
 import pyar
 from pyar import cost, tuner
-from pyar.algorithms import _registry
+from pyar.algorithms import COLLECTIVES, _registry
 from pyar.schedule import Chunk, Recv, Send, Step
+from pyar.topology import Topology
 
 CLASSIC = ["binomial", "naive", "rabenseifner", "recursive_doubling", "ring"]
 
@@ -226,3 +227,76 @@ def test_pyar_tune_needs_two_ranks(tmp_path):
     proc = run(1, "-m", "pyar", "tune", "--quick", "-o", str(tmp_path / "t.json"), timeout=100)
     assert proc.returncode == 2 and "mpiexec -n 2" in proc.stderr, explain(proc)
     assert not (tmp_path / "t.json").exists()
+
+
+MACHINES = {"latency bound": dict(alpha=1e-4, beta=1e-11, gamma={"float32": 1e-11}),
+            "bandwidth bound": dict(alpha=1e-7, beta=1e-9, gamma={"float32": 1e-10}, delta=1e-7)}
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "allgather", "reduce", "bcast",
+                                        "alltoall", "barrier"])
+@pytest.mark.parametrize("size", [3, 8, 12])
+@pytest.mark.parametrize("machine", list(MACHINES))
+def test_auto_picks_the_least_predicted_time_for_every_collective(tuning, collective, size,
+                                                                  machine):
+    params = tuning(machine.replace(" ", "_"), **MACHINES[machine])
+    for count in ([0] if collective == "barrier" else [size, size * 1024, size * 65536]):
+        times = {n: p.time for n, (p, _) in tuner.predictions(collective, size, count,
+                                                              "float32", params,
+                                                              exact=True).items()}
+        assert_least(tuner.select(collective, "auto", size, count, 4 * count, "float32"), times)
+
+
+def test_hierarchical_competes_only_on_several_nodes(tuning):
+    tuning("fast_link", alpha=1e-6, beta=1e-9, gamma={"float32": 1e-10})
+    one_node, three_nodes = Topology([0] * 12), Topology.regular(12, 4)
+    assert "hierarchical" not in tuner.candidates("allreduce")
+    assert "hierarchical" not in tuner.candidates("allreduce", one_node)
+    assert "hierarchical" in tuner.candidates("allreduce", three_nodes)
+    count = 1 << 20
+    # on one node it would tie with ring (and win the tie by name)
+    for topology in (None, one_node):
+        chosen = tuner.select("allreduce", "auto", 12, count, 4 * count, "float32", topology)
+        assert chosen != "hierarchical"
+    # three nodes of four: ring's bytes in 10 steps, not 22 (and no fold, unlike rabenseifner)
+    times = {n: p.time for n, (p, _) in tuner.predictions(
+        "allreduce", 12, count, "float32", tuner.parameters(), exact=True,
+        topology=three_nodes).items()}
+    chosen = tuner.select("allreduce", "auto", 12, count, 4 * count, "float32", three_nodes)
+    assert chosen == "hierarchical"
+    assert_least(chosen, times)
+    # and not where it is not the cheapest: short messages on the same nodes
+    assert tuner.select("allreduce", "auto", 12, 12, 48, "float32", three_nodes) != \
+        "hierarchical"
+
+
+def test_a_memo_miss_never_builds_a_schedule_for_a_builtin(tuning, monkeypatch):
+    tuning("any", alpha=1e-6, beta=1e-9, gamma={"float32": 1e-10})
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("auto built or costed a schedule")
+    monkeypatch.setattr(cost, "predict", forbidden)
+    monkeypatch.setattr(cost, "build", forbidden)
+    for topology in (None, Topology.regular(1024, 8)):
+        for collective in COLLECTIVES:
+            count = 0 if collective == "barrier" else 1024 * 4096
+            assert tuner.select(collective, "auto", 1024, count, 4 * count, "float32",
+                                topology) in tuner.candidates(collective, topology)
+
+
+def test_pyar_model_costs_other_collectives_and_topologies(tmp_path):
+    path = write_tuning(tmp_path / "t.json", alpha=1e-6, beta=1e-9, gamma={"float32": 1e-10})
+    env = {**__import__("os").environ, "PYAR_TUNING_FILE": str(path)}
+    proc = model("--collective", "reduce_scatter", "-n", "16", "--bytes", "64K", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
+            if not line.startswith("#")}
+    assert list(rows) == ["pairwise", "recursive_halving", "ring"]
+    assert all(row[-1] == "formula" for row in rows.values())
+    n, m = 16, 64 << 10
+    assert float(rows["ring"][3]) == pytest.approx((n - 1) / n * m * 1e-3, abs=0.01)   # beta us
+    assert "# auto picks:" in proc.stdout
+    proc = model("-n", "12", "--ranks-per-node", "4", "--bytes", "4M", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "# auto picks: hierarchical" in proc.stdout and "3 nodes of 4" in proc.stdout
+    assert "hierarchical" not in model("-n", "12", "--bytes", "4M", env=env).stdout

@@ -203,7 +203,8 @@ def reduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None):
     ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
     _check_root(root, c.size)
-    name = tuner.select("reduce", algorithm, c.size, x.size, x.nbytes, x.dtype, topology=c.topology)
+    name = tuner.select("reduce", algorithm, c.size, x.size, x.nbytes, x.dtype,
+                        topology=c.topology)
     if c.rank == root:
         work = buffers.prepare(x, out)
         data = work.data
@@ -230,7 +231,8 @@ def bcast(x, *, root=0, algorithm="auto", comm=None):
         raise ValueError("x is read-only; bcast writes the root's data into it")
     c = Comm.of(comm)
     _check_root(root, c.size)
-    name = tuner.select("bcast", algorithm, c.size, x.size, x.nbytes, x.dtype, topology=c.topology)
+    name = tuner.select("bcast", algorithm, c.size, x.size, x.nbytes, x.dtype,
+                        topology=c.topology)
     work = buffers.prepare(x, x)
     if name == LIBRARY:
         library.library_bcast(c.mpi, work.data, root)

@@ -360,9 +360,11 @@ def _measure(seconds: float, nbytes: int, factor: float, wrong) -> dict:
     return {"time_us": seconds * 1e6, "algbw": algbw, "busbw": algbw * factor, "wrong": wrong}
 
 
-def _auto_choice(name: str, size: int, x: np.ndarray) -> str:
-    """What ``auto`` runs for ``x`` (the call pyar's API makes)."""
-    return tuner.select(name, AUTO, size, x.size, x.nbytes, x.dtype)
+def _auto_choice(name: str, c: Comm, x: np.ndarray) -> str:
+    """What ``auto`` runs for ``x`` (the call pyar's API makes: allgather's count is the total)."""
+    scale = c.size if name == "allgather" else 1
+    return tuner.select(name, AUTO, c.size, x.size * scale, x.nbytes * scale, x.dtype,
+                        topology=c.topology)
 
 
 def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, iters=None,
@@ -447,7 +449,7 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
             row = dict(
                 size=span, count=count, type=dtype.name, redop=config["op"],
                 algorithm=impl.name,
-                chosen=_auto_choice(collective, size, pristine) if impl.name == AUTO else None,
+                chosen=_auto_choice(collective, c, pristine) if impl.name == AUTO else None,
                 iters=n_iters, warmup=n_warmup,
                 out_of_place=mine.get(OUT_OF_PLACE), in_place=mine.get(IN_PLACE),
                 vs_mpi={v: mine[v]["time_us"] / found[LIBRARY][v]["time_us"]

@@ -13,10 +13,12 @@ broadcast down as they arrive, in both trees at once.
 Steps: ``G + H + D`` with ``G = ceil(M/2 / segment)`` segments per half,
 ``H`` the tree height and ``D`` its depth, ``H, D ~ log2 N``. Bytes sent per
 rank: at most ``2M`` (``M/2`` up and ``M`` to two children in one tree,
-``M/2`` up in the other), like ring. Cost, with segments of ``m = M/2G``
-bytes: about ``(G + 2 log2 N) * (alpha + 3m*beta + 2m*gamma)``: tree
-latency and, once the pipeline is full, near-ring bandwidth.
-Limits: any ``N >= 1``.
+``M/2`` up in the other), like ring. Time: tree latency (``H + D`` steps)
+plus ``G`` pipelined steps, in each of which a rank sends up to four
+segments of ``m = M/2G`` bytes and folds up to two, so about
+``(G + 2 log2 N) * (4 alpha + 4m*beta + 2m*gamma)`` on one-port links
+(:mod:`pyar.cost` estimates the critical path; it finds 6 to 8 messages per
+step on it, as the two trees' steps interlock). Limits: any ``N >= 1``.
 
 ::
 

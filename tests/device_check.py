@@ -1,5 +1,6 @@
 """Run under mpiexec (tests/test_device.py does, with PYAR_CUDA_AWARE=0 and =1): every collective
-and algorithm on stand-in device arrays (tests/fake_cupy.py) gives the numpy path's bits, with the
+and algorithm on stand-in device arrays (tests/fake_cupy.py), or on cupy's with
+PYAR_DEVICE_CHECK=cupy (tests/test_gpu.py), gives the numpy path's bits, with the
 API's out/in-place semantics, never calls MPI with work pending on the stream, and reuses its
 pinned buffer. A failed check raises, and ``-m mpi4py`` aborts the whole job."""
 
@@ -9,16 +10,20 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-sys.path.insert(0, os.path.dirname(__file__))
-import fake_cupy  # noqa: E402
-
-cp = fake_cupy.install()
+REAL = os.environ.get("PYAR_DEVICE_CHECK") == "cupy"    # tests/test_gpu.py: on a real GPU
+if REAL:
+    import cupy as cp
+else:
+    sys.path.insert(0, os.path.dirname(__file__))
+    import fake_cupy
+    cp = fake_cupy.install()
 
 import pyar  # noqa: E402
 from pyar.executors import cuda  # noqa: E402
 
 comm = pyar.Comm(MPI.COMM_WORLD)
-comm.mpi = fake_cupy.guard(comm.mpi)
+if not REAL:
+    comm.mpi = fake_cupy.guard(comm.mpi)
 rank, size = comm.rank, comm.size
 AWARE = os.environ["PYAR_CUDA_AWARE"] == "1"
 assert cuda.awareness().aware is AWARE
@@ -83,7 +88,9 @@ def check(collective, algorithm, dtype, op):
         same(got, expected, f"{what} in place")
         if collective == "reduce_scatter":
             block = pyar.collectives.block(host.size, size, rank)
-            assert np.shares_memory(got._a, x._a), f"rank {rank} {what}: not x's block"
+            mine = x.reshape(-1)[block]
+            assert got.__cuda_array_interface__["data"] == mine.__cuda_array_interface__["data"], \
+                f"rank {rank} {what}: not x's block"
             same(x.reshape(-1)[block], expected, f"{what} in place, x's block")
         else:
             assert got is x
@@ -100,6 +107,13 @@ for collective in ("allreduce", "reduce_scatter", "allgather", "reduce", "bcast"
                     else (None,):
                 check(collective, algorithm, dtype, op)
 
+if REAL:
+    cp.cuda.get_current_stream().synchronize()
+    comm.mpi.Barrier()
+    if rank == 0:
+        print(f"device_check: {size} ranks, {'direct' if AWARE else 'staged'}: every collective "
+              f"and algorithm as on numpy (cupy {cp.__version__})", flush=True)
+    sys.exit(0)
 pinned = fake_cupy.STATE["pinned"]
 for _ in range(5):
     pyar.allreduce(cp.asarray(sample((2, 5), "float32")), comm=comm)
@@ -112,7 +126,7 @@ try:
     raise AssertionError("a wrong out shape was accepted")
 except ValueError as e:
     assert "shape (2, 5)" in str(e), e
-cp.synchronize()
+cp.cuda.get_current_stream().synchronize()
 comm.mpi.Barrier()
 if rank == 0:
     print(f"device_check: {size} ranks, {'direct' if AWARE else 'staged'}: every collective and "

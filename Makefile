@@ -10,7 +10,7 @@ BENCH_OUT ?= bench-allreduce
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 
-.PHONY: run test test-mpi bench bench-kernels examples clean
+.PHONY: run test test-mpi bench bench-kernels gpu-check examples clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,24 @@ bench: run
 # GB/s of the host reduction kernels beside numpy's, per op and dtype
 bench-kernels: $(VENV)/.kernels
 	$(PY) -m pyar.kernels.bench
+
+# On a machine with an NVIDIA GPU (CI has none): the cupy tests on the real GPU (no simulator),
+# every collective of cupy arrays on 2 ranks sharing it (staged, and direct if the MPI library
+# is CUDA-aware), and the CUDA kernels' GB/s beside cupy's +=. Installs the gpu extra (cupy,
+# numba-cuda with the CUDA 12 libraries) if cupy is missing. Every step is bounded: < 5 min.
+gpu-check: $(VENV)/.kernels
+	@nvidia-smi -L >/dev/null 2>&1 || test -e /dev/nvidiactl || \
+	  { echo "make gpu-check: no NVIDIA GPU or driver here (no nvidia-smi, no /dev/nvidiactl);"\
+	    "run it on a machine with one"; exit 1; }
+	@$(PY) -c "import cupy" 2>/dev/null || $(PY) -m pip install -q -e '.[gpu]' || \
+	  { echo "make gpu-check: cupy is missing and pip install -e '.[gpu]' failed"; exit 1; }
+	@env -u NUMBA_ENABLE_CUDASIM $(PY) -c "import cupy, sys; \
+	  n = cupy.cuda.runtime.getDeviceCount(); sys.exit(0 if n else 1)" 2>/dev/null || \
+	  { echo "make gpu-check: cupy sees no CUDA device (driver, or cupy's CUDA version?)"; \
+	    exit 1; }
+	$(PY) -m pyar info | grep -E "^(CUDA-aware MPI|GPU buffers):"
+	env -u NUMBA_ENABLE_CUDASIM timeout -k 10 200 $(PY) -m pytest tests/test_gpu.py -v -rs
+	env -u NUMBA_ENABLE_CUDASIM timeout -k 10 60 $(PY) -m pyar.kernels.bench_device
 
 # Each example runs as its first line says (# mpiexec -n N python -m mpi4py examples/...);
 # -m mpi4py aborts the whole job when one rank raises, instead of leaving the others waiting.

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import buffers, collectives, ops, schedule as _schedule, tuner
+from . import buffers, collectives, device, ops, schedule as _schedule, tuner
 from .algorithms import LIBRARY, builder, generation as _generation
 from .comm import Comm
 from .errors import MismatchError, ScheduleError
@@ -53,6 +53,8 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None):
 
 def _allreduce(x, out, op, algorithm, comm):
     """allreduce with every check; remembers the call's signature for :class:`_Repeat`."""
+    if not isinstance(x, np.ndarray):      # cupy: pyar.device
+        return device.allreduce(x, out, op=op, algorithm=algorithm, comm=comm)
     given_op, given_comm = op, comm
     op = ops.resolve(op)
     ops.check(op, buffers.check_array(x).dtype)
@@ -130,6 +132,8 @@ def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None):
     None for a new array; ``x`` to work in x (overwritten) and get a view of
     its block; or an array of the block's shape ``(n,)`` and x's dtype.
     """
+    if not isinstance(x, np.ndarray):      # cupy: pyar.device
+        return device.reduce_scatter(x, out, op=op, algorithm=algorithm, comm=comm)
     op = ops.resolve(op)
     ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
@@ -172,6 +176,8 @@ def allgather(x, out=None, *, algorithm="auto", comm=None):
     Every rank passes the same shape and dtype. ``out``: None for a new array,
     or an array of shape ``(size, *x.shape)`` and x's dtype to write.
     """
+    if not isinstance(x, np.ndarray):      # cupy: pyar.device
+        return device.allgather(x, out, algorithm=algorithm, comm=comm)
     buffers.check_array(x)
     c = Comm.of(comm)
     shape = (c.size, *x.shape)
@@ -199,6 +205,8 @@ def reduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None):
     ``out`` (on the root; ignored elsewhere) as for :func:`allreduce`. The
     input is never modified unless ``out is x``.
     """
+    if not isinstance(x, np.ndarray):      # cupy: pyar.device
+        return device.reduce(x, out, root=root, op=op, algorithm=algorithm, comm=comm)
     op = ops.resolve(op)
     ops.check(op, buffers.check_array(x).dtype)
     c = Comm.of(comm)
@@ -226,6 +234,8 @@ def reduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None):
 
 def bcast(x, *, root=0, algorithm="auto", comm=None):
     """Broadcast the root's ``x`` into every rank's ``x`` (same shape and dtype); returns ``x``."""
+    if not isinstance(x, np.ndarray):      # cupy: pyar.device
+        return device.bcast(x, root=root, algorithm=algorithm, comm=comm)
     buffers.check_array(x)
     if not x.flags.writeable:
         raise ValueError("x is read-only; bcast writes the root's data into it")
@@ -246,6 +256,8 @@ def alltoall(x, out=None, *, algorithm="auto", comm=None):
 
     ``x.shape[0]`` must be the number of ranks. ``out`` as for :func:`allreduce`.
     """
+    if not isinstance(x, np.ndarray):      # cupy: pyar.device
+        return device.alltoall(x, out, algorithm=algorithm, comm=comm)
     buffers.check_array(x)
     c = Comm.of(comm)
     collectives.check_alltoall(x.shape, c.size)

@@ -20,7 +20,9 @@ def info(args) -> int:
     from mpi4py import MPI
 
     import pyar
+    from pyar import device
     from pyar.algorithms import COLLECTIVES
+    from pyar.executors import cuda
 
     library = MPI.Get_library_version().strip().splitlines()
     print(f"pyar {pyar.__version__}")
@@ -30,6 +32,10 @@ def info(args) -> int:
     print(f"MPI library: {library[0].strip() if library else 'unknown'}")
     print("MPI standard: {}.{}".format(*MPI.Get_version()))
     print(f"ranks: {MPI.COMM_WORLD.Get_size()}")
+    aware = cuda.awareness()
+    print(f"CUDA-aware MPI: {'yes' if aware.aware else 'no'} ({aware.reason})")
+    print(f"GPU buffers: {device.gpu_summary()}; "
+          f"{'direct to MPI' if aware.aware else 'staged through pinned host memory'}")
     print(f"PYAR_ALGO: {os.environ.get('PYAR_ALGO', '(unset)')}")
     for collective in COLLECTIVES:
         print(f"{collective} algorithms: {', '.join(pyar.algorithms(collective))}")

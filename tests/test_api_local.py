@@ -33,7 +33,7 @@ def test_out_contract():
     (lambda: pyar.allreduce(np.ones(3), np.ones(4)), ValueError, r"shape \(3,\) and dtype"),
     (lambda: pyar.allreduce(np.ones(3), np.ones(3, np.float32)), ValueError, "dtype float64"),
     (lambda: pyar.allreduce(np.ones(3), [0, 0, 0]), TypeError, "out must be a numpy array"),
-    (lambda: pyar.allreduce([1, 2, 3]), TypeError, "x must be a numpy array, got list"),
+    (lambda: pyar.allreduce([1, 2, 3]), TypeError, "x must be a numpy array or a cupy.*got list"),
     (lambda: pyar.allreduce(np.ones(3), op="xor"), ValueError, r"op must be one of \['sum'"),
     (lambda: pyar.allreduce(np.ones(3), op=MPI.BAND), ValueError, "op must be one of"),
     (lambda: pyar.allreduce(np.ones(3), algorithm="nope"), ValueError,

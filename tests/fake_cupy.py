@@ -1,0 +1,192 @@
+"""A stand-in for cupy, for testing pyar.device's logic on a machine with no GPU.
+
+``install()`` puts it in ``sys.modules`` as ``cupy`` and ``cupyx`` and routes
+pyar's device kernels to the host kernels. Its arrays live in host memory and
+expose ``__cuda_array_interface__`` over it, so mpi4py hands their addresses to
+a non-CUDA-aware MPI as it would a CUDA-aware one's device pointers.
+
+Streams are modelled: every operation that would be a kernel or an
+asynchronous copy on cupy's current stream marks the stream busy, and only
+``synchronize()`` (or a blocking copy to the host) makes it idle again;
+``guard(comm)`` wraps an mpi4py communicator so that any MPI call made while
+the stream is busy fails. What this proves: pyar.device and the executor call
+the cupy API it models in an order that keeps MPI off buffers with pending
+work, reuse their pinned buffers, and give the numpy path's results. What it
+cannot prove: that real cupy behaves as modelled, that a CUDA-aware MPI takes
+these buffers, or anything about the CUDA kernels (tests/cuda_sim_check.py and
+``make gpu-check`` cover those).
+"""
+
+import sys
+import types
+
+import numpy as np
+
+STATE = {"busy": False, "syncs": 0, "pinned": 0, "mpi_calls": 0}
+
+
+def _launch():
+    STATE["busy"] = True
+
+
+class _Flags:
+    def __init__(self, a):
+        self.c_contiguous = a.flags.c_contiguous
+
+
+class ndarray:  # noqa: N801  (cupy's name)
+    def __init__(self, a: np.ndarray):
+        self._a = a
+
+    dtype = property(lambda self: self._a.dtype)
+    shape = property(lambda self: self._a.shape)
+    size = property(lambda self: self._a.size)
+    nbytes = property(lambda self: self._a.nbytes)
+    ndim = property(lambda self: self._a.ndim)
+    flags = property(lambda self: _Flags(self._a))
+
+    def __len__(self):
+        return len(self._a)
+
+    @property
+    def __cuda_array_interface__(self):
+        if not self._a.flags.c_contiguous:
+            raise ValueError("the stand-in exports contiguous arrays only")
+        return {"shape": self._a.shape, "typestr": self._a.dtype.str, "strides": None,
+                "data": (self._a.__array_interface__["data"][0], False), "version": 3,
+                "stream": None}
+
+    def __getitem__(self, key):
+        return ndarray(self._a[key])
+
+    def __setitem__(self, key, value):
+        if not isinstance(value, ndarray):
+            raise TypeError("the stand-in assigns device arrays only")
+        _launch()
+        self._a[key] = value._a
+
+    def reshape(self, *shape):
+        if not self._a.flags.c_contiguous:
+            _launch()                        # cupy copies
+        return ndarray(self._a.reshape(*shape))
+
+    def copy(self, order="C"):
+        _launch()
+        return ndarray(np.array(self._a, order=order))
+
+    def astype(self, dtype):
+        _launch()
+        return ndarray(self._a.astype(dtype))
+
+    def view(self, dtype):
+        return ndarray(self._a.view(dtype))
+
+    def set(self, host):
+        if not isinstance(host, np.ndarray) or host.shape != self.shape \
+                or host.dtype != self.dtype:
+            raise ValueError("set() needs a numpy array of the same shape and dtype")
+        if not self._a.flags.c_contiguous:
+            raise RuntimeError("Cannot set to non-contiguous array")
+        _launch()
+        self._a[...] = host
+
+    def get(self):
+        synchronize()
+        return self._a.copy()
+
+
+def empty(shape, dtype):
+    a = np.empty(shape, dtype)
+    a.reshape(-1).view(np.uint8)[...] = 0x5A          # garbage, to expose unwritten elements
+    return ndarray(a)
+
+
+def asarray(host):
+    if isinstance(host, ndarray):
+        return host
+    _launch()
+    return ndarray(np.array(host, order="C"))
+
+
+def ascontiguousarray(a):
+    return a if a.flags.c_contiguous else a.copy()
+
+
+def asnumpy(a, out=None, blocking=True):
+    assert blocking
+    if out is not None and not a.flags.c_contiguous:
+        raise RuntimeError("the stand-in copies contiguous arrays only")
+    synchronize()
+    if out is None:
+        return a._a.copy()
+    out[...] = a._a
+    return out
+
+
+def synchronize():
+    STATE["busy"] = False
+    STATE["syncs"] += 1
+
+
+class _Stream:
+    ptr = 0
+
+    def synchronize(self):
+        synchronize()
+
+
+cuda = types.SimpleNamespace(get_current_stream=_Stream)
+
+
+def empty_pinned(shape, dtype):
+    STATE["pinned"] += 1
+    return np.empty(shape, dtype)
+
+
+def _device_buffers(args):
+    for a in args:
+        if isinstance(a, ndarray) or isinstance(a, (list, tuple)) and any(_device_buffers(a)):
+            yield True
+
+
+class guard:  # noqa: N801
+    """An mpi4py communicator that refuses a device buffer while the stream is busy."""
+
+    def __init__(self, comm):
+        self._comm = comm
+
+    def __getattr__(self, name):
+        method = getattr(self._comm, name)
+
+        def checked(*args, **kwargs):
+            if STATE["busy"] and any(_device_buffers(args)):
+                raise AssertionError(f"MPI {name} got a device buffer with work pending on "
+                                     f"the stream")
+            STATE["mpi_calls"] += any(_device_buffers(args))
+            return method(*args, **kwargs)
+        return checked
+
+
+def _fold(dst, src, code, dtype):
+    from pyar import kernels
+
+    _launch()
+    kernels.reduce_into(dst._a, src._a, kernels.OPS[code])
+
+
+def _divide(dst, src, divisor, dtype):
+    from pyar import kernels
+
+    _launch()
+    kernels.divide_into(dst._a, src._a, divisor)
+
+
+def install():
+    """Make ``import cupy`` / ``import cupyx`` give this module, and device kernels run on the
+    host; returns the module."""
+    from pyar.kernels import device
+
+    module = sys.modules[__name__]
+    sys.modules["cupy"] = sys.modules["cupyx"] = module
+    device.reduce_into, device.divide_into = _fold, _divide
+    return module

@@ -39,13 +39,13 @@ from .errors import ScheduleError
 FORMAT = "pyar-tuning/1"
 
 # Measured by `pyar tune` (mpiexec -n 2, MPICH 5.0.2 wheel, shared memory) on the
-# 2-core development VM on 2026-11-30 while other jobs were running (load average ~11):
-# lower quartiles of many timed calls. Run `pyar tune` on your own machine to replace them.
+# 2-core development VM on 2026-11-30 13:25 UTC, load average 2 (other sessions' jobs
+# winding down): lower quartiles of many timed calls. Run `pyar tune` on your own machine.
 DEFAULTS = cost.Params(
-    alpha=3.09e-6, beta=1.44e-9, delta=3.53e-6,
-    gamma={"int8": 7.54e-11, "int16": 7.37e-11, "int32": 8.08e-11, "int64": 8.56e-11,
-           "uint8": 8.03e-11, "uint16": 7.97e-11, "uint32": 7.78e-11, "uint64": 8.83e-11,
-           "float32": 8.63e-11, "float64": 8.92e-11})
+    alpha=3.05e-6, beta=9.40e-11, delta=1.50e-6,
+    gamma={"int8": 7.85e-11, "int16": 7.67e-11, "int32": 7.72e-11, "int64": 7.76e-11,
+           "uint8": 7.74e-11, "uint16": 7.65e-11, "uint32": 7.72e-11, "uint64": 6.91e-11,
+           "float16": 2.66e-10, "bfloat16": 1.26e-10, "float32": 9.13e-11, "float64": 9.11e-11})
 
 _FLOATS = {2: "float16", 4: "float32", 8: "float64"}     # itemsize -> dtype when none is given
 _MEMO_SIZE = 4096           # choices kept before the memo starts afresh

@@ -33,7 +33,8 @@ every host kernel once (``make`` does, before any mpiexec).
 import ml_dtypes
 import numpy as np
 
-__all__ = ["OPS", "DTYPES", "HALF", "BFLOAT16", "reduce_into", "divide_into", "warm_up"]
+__all__ = ["OPS", "DTYPES", "HALF", "BFLOAT16", "reduce_into", "folder", "divide_into",
+           "warm_up"]
 
 OPS = ("sum", "prod", "max", "min")
 _CODES = {op: code for code, op in enumerate(OPS)}
@@ -70,6 +71,25 @@ def reduce_into(dst, src, op, *, dtype=None):
         kernel(dst, src, code)
     else:
         kernel(dst, src, code, nan)
+
+
+def folder(dtype, op):
+    """``fold(dst, src)``: :func:`reduce_into` on host arrays of ``dtype`` with ``op`` resolved
+    once and nothing checked per call (about a microsecond less a call), for callers that
+    guarantee what reduce_into checks: 1-D C-contiguous writable numpy arrays of ``dtype``
+    and one length (the executors' own buffers)."""
+    code = _CODES.get(op)
+    if code is None:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    dtype = np.dtype(dtype)
+    if not _HOST:
+        _fill_host_table()
+    kernel, half, nan = _HOST[_dtype(np.empty(0, dtype), None)][0]
+    if half:
+        return lambda dst, src: kernel(dst.view(np.uint16), src.view(np.uint16), code)
+    if nan is None:
+        return lambda dst, src: kernel(dst, src, code)
+    return lambda dst, src: kernel(dst, src, code, nan)
 
 
 def _checked(dst, src, op, dtype):

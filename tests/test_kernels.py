@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from pyar.kernels import DTYPES, HALF, OPS, divide_into, reduce_into
+from pyar.kernels import DTYPES, HALF, OPS, divide_into, folder, reduce_into
 
 UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 CANONICAL_NAN = {np.dtype(np.float16): 0x7E00, np.dtype(ml_dtypes.bfloat16): 0x7FC0,
@@ -253,3 +253,17 @@ def test_the_benchmark_runs_every_op_and_dtype():
     rows = bench.run((1,), budget=0, file=io.StringIO())
     assert len(rows) == len(DTYPES) * len(OPS) + sum(is_float(d) for d in DTYPES)
     assert all(row["kernel"] > 0 and row["numpy"] > 0 for row in rows)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_folder_is_reduce_into_without_the_checks(dtype):
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 256, 64 * dtype.itemsize, dtype=np.uint8).view(dtype)
+    b = rng.integers(0, 256, 64 * dtype.itemsize, dtype=np.uint8).view(dtype)
+    for op in OPS:
+        checked, unchecked = a.copy(), a.copy()
+        reduce_into(checked, b, op)
+        folder(dtype, op)(unchecked, b)
+        assert checked.tobytes() == unchecked.tobytes(), f"{dtype} {op}"
+    with pytest.raises(ValueError, match="op must be one of"):
+        folder(dtype, "avg")

@@ -30,6 +30,8 @@ import sys
 import weakref
 from typing import NamedTuple
 
+from ..kernels import reduce_into
+
 ENV = "PYAR_CUDA_AWARE"
 _KINDS_KEY = "mpi_memory_alloc_kinds"
 
@@ -122,6 +124,9 @@ def run(plan, comm, tag: int, data, reduction) -> None:
     bufs = (data, *found)
     stream = cupy.cuda.get_current_stream()
     stream.synchronize()
+    def fold(dst, src):            # the device kernels, on cupy's current stream
+        reduce_into(dst, src, reduction)
+
     for step in plan.steps:
-        step.run(bufs, comm, tag, reduction)
+        step.run(bufs, comm, tag, fold)
         stream.synchronize()

@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ScheduleError
-from ..kernels import HALF, reduce_into
+from ..kernels import HALF, folder
 from ..schedule import Schedule
 
 DATA, SCRATCH, LANDING = 0, 1, 2
@@ -42,11 +42,12 @@ class _Recv(NamedTuple):
     fold: bool
 
 
-def _finish(recv: _Recv, bufs, reduction):
+def _finish(recv: _Recv, bufs, fold):
+    """A landed message takes effect: folded in with ``fold(dst, src)``, or copied."""
     d, w = recv.dst, recv.wire
     incoming = bufs[LANDING][w.lo:w.hi]
     if recv.fold:
-        reduce_into(bufs[d.buf][d.lo:d.hi], incoming, reduction)
+        fold(bufs[d.buf][d.lo:d.hi], incoming)
     else:
         bufs[d.buf][d.lo:d.hi] = incoming
 
@@ -60,23 +61,30 @@ def _check_size(status: MPI.Status, view, peer: int, where: str):
 
 
 class _Exchange:
-    """One send and one receive: MPI_Sendrecv."""
+    """One send and one receive: MPI_Sendrecv (the hot path of small messages: flat)."""
 
-    __slots__ = ("send", "recv", "where", "status")
+    __slots__ = ("where", "status", "sbuf", "slo", "shi", "speer", "wbuf", "wlo", "whi",
+                 "wpeer", "recv", "dst")
 
     def __init__(self, where, send, recv):
-        self.where, self.send, self.recv = where, send, recv
-        self.status = MPI.Status()
+        self.where, self.status, self.recv = where, MPI.Status(), recv
+        self.speer, self.sbuf, self.slo, self.shi = send
+        self.wpeer, self.wbuf, self.wlo, self.whi = recv.wire
+        self.dst = recv.dst
 
-    def run(self, bufs, comm, tag, reduction):
-        s, r = self.send, self.recv
-        w = r.wire
-        into = bufs[w.buf][w.lo:w.hi]
-        comm.Sendrecv([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag, [into, _BYTE], w.peer, tag,
-                      self.status)
-        _check_size(self.status, into, w.peer, self.where)
-        if r.dst is not None:
-            _finish(r, bufs, reduction)
+    def run(self, bufs, comm, tag, fold):
+        into = bufs[self.wbuf][self.wlo:self.whi]
+        status = self.status
+        comm.Sendrecv([bufs[self.sbuf][self.slo:self.shi], _BYTE], self.speer, tag,
+                      [into, _BYTE], self.wpeer, tag, status)
+        if status.Get_count(_BYTE) != into.nbytes:
+            _check_size(status, into, self.wpeer, self.where)
+        d = self.dst
+        if d is not None:
+            if self.recv.fold:
+                fold(bufs[d.buf][d.lo:d.hi], into)
+            else:
+                bufs[d.buf][d.lo:d.hi] = into
 
 
 class _SendOnly:
@@ -85,7 +93,7 @@ class _SendOnly:
     def __init__(self, where, send):
         self.send = send
 
-    def run(self, bufs, comm, tag, reduction):
+    def run(self, bufs, comm, tag, fold):
         s = self.send
         comm.Send([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag)
 
@@ -97,14 +105,14 @@ class _RecvOnly:
         self.where, self.recv = where, recv
         self.status = MPI.Status()
 
-    def run(self, bufs, comm, tag, reduction):
+    def run(self, bufs, comm, tag, fold):
         r = self.recv
         w = r.wire
         into = bufs[w.buf][w.lo:w.hi]
         comm.Recv([into, _BYTE], w.peer, tag, self.status)
         _check_size(self.status, into, w.peer, self.where)
         if r.dst is not None:
-            _finish(r, bufs, reduction)
+            _finish(r, bufs, fold)
 
 
 class _General:
@@ -116,7 +124,7 @@ class _General:
         self.where, self.sends, self.recvs = where, sends, recvs
         self.statuses = [MPI.Status() for _ in range(len(recvs) + len(sends))]
 
-    def run(self, bufs, comm, tag, reduction):
+    def run(self, bufs, comm, tag, fold):
         views = [bufs[w.buf][w.lo:w.hi] for w, _, _ in self.recvs]
         requests = [comm.Irecv([view, _BYTE], r.wire.peer, tag)
                     for view, r in zip(views, self.recvs)]
@@ -126,7 +134,7 @@ class _General:
         for view, r, status in zip(views, self.recvs, self.statuses):
             _check_size(status, view, r.wire.peer, self.where)
             if r.dst is not None:
-                _finish(r, bufs, reduction)
+                _finish(r, bufs, fold)
 
 
 def wait(requests, statuses) -> None:
@@ -143,6 +151,7 @@ class Plan:
         self.steps = [self._compile(step, f"rank {rank} step {i}")
                       for i, step in enumerate(schedule.steps(rank))]
         self._buffers = {}
+        self._folds = {}
 
     def _compile(self, step, where):
         sends = [_Span(op.peer, _BUFFER[op.chunk.buffer], op.chunk.lo, op.chunk.hi)
@@ -174,11 +183,16 @@ class Plan:
                                             np.empty(self.landing_count, dtype))
         return found
 
-    def run(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str) -> None:
-        """Run the steps on ``data`` (1-D, contiguous, ``schedule.count`` elements)."""
-        bufs = (data, *self.buffers(data.dtype))
+    def run(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None) -> None:
+        """Run the steps on ``data`` (1-D, contiguous, ``schedule.count`` elements), folding
+        with ``reduction`` (``"sum" "prod" "max" "min"``; None if nothing folds)."""
+        dtype = data.dtype
+        bufs = (data, *self.buffers(dtype))
+        fold = self._folds.get((dtype, reduction))
+        if fold is None and reduction is not None:
+            fold = self._folds[dtype, reduction] = folder(dtype, reduction)
         for step in self.steps:
-            step.run(bufs, comm, tag, reduction)
+            step.run(bufs, comm, tag, fold)
 
 
 _MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}

@@ -147,25 +147,22 @@ def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None):
     if in_place and not x.flags.writeable:
         raise ValueError("x is read-only, so it cannot be reduced in place")
     if name == LIBRARY:
-        source = np.ascontiguousarray(x).reshape(-1)
-        direct = out is not None and out is not x and out.flags.c_contiguous
-        result = out if direct else np.empty(n, x.dtype)
-        library.library_reduce_scatter(c.mpi, source, result, op.reduction)
+        data = np.ascontiguousarray(x).reshape(-1)      # x's own memory when in place
+        reduced = np.empty(n, x.dtype)
+        library.library_reduce_scatter(c.mpi, data, reduced, op.reduction)
         if in_place:
-            source[block] = result
-            result = source[block]
-        elif out is not None and out is not x and not direct:
-            out[...] = result
-            result = out
+            data[block] = reduced
     else:
         data = x.reshape(-1) if in_place else np.array(x, order="C").reshape(-1)
         _run(c, "reduce_scatter", name, data, op.reduction)
+        reduced = data[block]
+    if in_place:
         result = data[block]
-        if out is not None and out is not x:
-            out[...] = result
-            result = out
-        elif not in_place:
-            result = result.copy()          # not a view that keeps the whole buffer alive
+    elif out is not None and out is not x:      # (a non-contiguous x can't be worked in)
+        out[...] = reduced
+        result = out
+    else:                   # not a view that keeps the whole work buffer alive
+        result = reduced if name == LIBRARY else reduced.copy()
     ops.finalize(result, op, c.size)
     return result
 

@@ -123,7 +123,8 @@ def _target(collective, x, out, c, root):
 def _direct(cupy, collective, x, target, op, algorithm, c, root):
     """Run the collective on device buffers, MPI reading and writing GPU memory."""
     count = collectives.data_count(collective, x.size, c.size)
-    name = tuner.select(collective, algorithm, c.size, count, count * x.dtype.itemsize, x.dtype)
+    name = tuner.select(collective, algorithm, c.size, count, count * x.dtype.itemsize, x.dtype,
+                        topology=c.topology)
     if collective == "allgather":
         data = cupy.empty(count, x.dtype)
         data[collectives.block(count, c.size, c.rank)] = x.reshape(-1)

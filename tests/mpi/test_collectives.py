@@ -210,3 +210,14 @@ def test_topology_follows_pyar_ranks_per_node(comm):
         agree(comm, topology == pyar.Topology.regular(comm.size, int(per_node)), repr(topology))
     else:
         agree(comm, len(topology.nodes) == 1, f"one machine, one node: {topology!r}")
+
+
+def test_reduce_scatter_in_a_non_contiguous_x_gives_the_block(comm):
+    """``out is x`` with a strided x: x can't be the work buffer; the block comes back new."""
+    wide = np.arange(2 * 12 * comm.size, dtype=np.float64)
+    x = wide[::2]
+    expected, _ = oracle(comm, "reduce_scatter", x.copy(), Op.SUM, 0)
+    result = pyar.reduce_scatter(x, x, algorithm="ring")
+    library = pyar.reduce_scatter(x, x, algorithm="mpi")
+    agree(comm, result.shape == expected.shape and np.array_equal(result, expected)
+          and np.array_equal(library, expected), f"{result} {library} vs {expected}")

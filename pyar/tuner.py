@@ -85,13 +85,8 @@ _pyar_algo = _env_reader("PYAR_ALGO")
 _tuning_file = _env_reader("PYAR_TUNING_FILE")
 
 
-def override(collective: str) -> str | None:
-    """The algorithm PYAR_ALGO names for ``collective``, if any."""
-    text = _pyar_algo()
-    return _forced(text, collective) if text else None
-
-
 def _forced(text: str, collective: str) -> str | None:
+    """The algorithm the PYAR_ALGO value ``text`` names for ``collective``, if any."""
     table = _parse_override(text)
     return table.get(collective, table.get(None))
 

@@ -30,11 +30,13 @@ corrupt it nor load half-written code. ``python -m pyar.kernels`` compiles
 every host kernel once (``make`` does, before any mpiexec).
 """
 
+from functools import partial
+
 import ml_dtypes
 import numpy as np
 
-__all__ = ["OPS", "DTYPES", "HALF", "BFLOAT16", "reduce_into", "folder", "divide_into",
-           "warm_up"]
+__all__ = ["OPS", "DTYPES", "HALF", "BFLOAT16", "reduce_into", "folder", "bound_fold",
+           "divide_into", "warm_up"]
 
 OPS = ("sum", "prod", "max", "min")
 _CODES = {op: code for code, op in enumerate(OPS)}
@@ -78,6 +80,35 @@ def folder(dtype, op):
     once and nothing checked per call (about a microsecond less a call), for callers that
     guarantee what reduce_into checks: 1-D C-contiguous writable numpy arrays of ``dtype``
     and one length (the executors' own buffers)."""
+    kernel, half, code, nan = _resolved(dtype, op)
+    if half:
+        return lambda dst, src: kernel(dst.view(np.uint16), src.view(np.uint16), code)
+    if nan is None:
+        return lambda dst, src: kernel(dst, src, code)
+    return lambda dst, src: kernel(dst, src, code, nan)
+
+
+def bound_fold(dst, src, op):
+    """``fold()``: :func:`reduce_into` ``(dst, src, op)`` with the arrays, op and kernel bound
+    now, for a caller that folds the same two buffers again and again (the executor's
+    resident buffers for small messages); the arrays are checked here, once."""
+    _host_kernels(dst, src, None)
+    if not (dst.flags.c_contiguous and src.flags.c_contiguous):
+        raise ValueError("bound_fold needs C-contiguous arrays")
+    kernel, half, code, nan = _resolved(dst.dtype, op)
+    if half:
+        return partial(kernel, dst.view(np.uint16), src.view(np.uint16), code)
+    return partial(kernel, dst, src, code) if nan is None else partial(kernel, dst, src, code, nan)
+
+
+def _resolved(dtype, op):
+    """(compiled kernel, half?, op code, NaN or None) for contiguous 1-D arrays of ``dtype``.
+
+    The kernel is Numba's machine code for that one signature, called without
+    the dispatcher's type checks (a quarter of a microsecond a call, where the
+    whole fold of a small message takes half of one), so the caller must pass
+    exactly such arrays; where Numba keeps its overloads elsewhere, the dispatcher.
+    """
     code = _CODES.get(op)
     if code is None:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
@@ -85,11 +116,16 @@ def folder(dtype, op):
     if not _HOST:
         _fill_host_table()
     kernel, half, nan = _HOST[_dtype(np.empty(0, dtype), None)][0]
-    if half:
-        return lambda dst, src: kernel(dst.view(np.uint16), src.view(np.uint16), code)
-    if nan is None:
-        return lambda dst, src: kernel(dst, src, code)
-    return lambda dst, src: kernel(dst, src, code, nan)
+    sample = np.empty(0, np.uint16 if half else dtype)
+    args = (sample, sample, code) if nan is None else (sample, sample, code, nan)
+    kernel(*args)                       # compiled, or loaded from the cache, now
+    import numba
+
+    try:
+        kernel = kernel.overloads[tuple(map(numba.typeof, args))].entry_point
+    except (AttributeError, KeyError):
+        pass
+    return kernel, half, code, nan
 
 
 def _checked(dst, src, op, dtype):

@@ -8,8 +8,6 @@ the result the way API.md says.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from . import buffers, collectives, device, ops, schedule as _schedule, tuner
@@ -40,8 +38,8 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None):
         The reduced array, bitwise identical on every rank.
     """
     try:
-        repeat = _repeats.get((x.dtype, x.size, id(op), algorithm, id(comm), _pyar_algo(),
-                               _tuning_file(), _generation[0]))
+        repeat = _repeats.get((x.dtype, x.shape, id(op), algorithm, id(comm), _overrides(),
+                               _generation[0]))
     except (AttributeError, TypeError):     # not an array, an unhashable name: checked below
         repeat = None
     if repeat is not None and repeat.op is op and repeat.comm is comm and type(x) is np.ndarray:
@@ -72,26 +70,60 @@ def _allreduce(x, out, op, algorithm, comm):
     ops.finalize(data, op, c.size)
     if len(_repeats) >= _REPEATS_KEPT:
         _repeats.clear()
-    _repeats[x.dtype, x.size, id(given_op), algorithm, id(given_comm), _pyar_algo(),
-             _tuning_file(), _generation[0]] = _Repeat(given_op, given_comm, c, plan,
-                                                        op.reduction, op is Op.AVG)
+    _repeats[x.dtype, x.shape, id(given_op), algorithm, id(given_comm), _overrides(),
+             _generation[0]] = _Repeat(given_op, given_comm, c, plan, x, op.reduction,
+                                       op is Op.AVG)
     return work.finish()
 
 
-class _Repeat(NamedTuple):
-    """An allreduce signature (dtype, size, op, algorithm, comm, overrides) already checked
+class _Repeat:
+    """An allreduce signature (dtype, shape, op, algorithm, comm, overrides) already checked
     once: a call repeating it skips the checks and lookups (a small message's time is mostly
-    Python). The op and comm objects are held, so that their ids cannot be reused."""
+    Python). The op and comm objects are held, so that their ids cannot be reused.
 
-    op: object
-    comm: object
-    c: Comm
-    plan: Plan | None           # None: the MPI library's own
-    reduction: str
-    avg: bool
+    A small message runs on a :class:`Resident`: the plan's own buffer (x copied in, the
+    result out), or, once the same ``out`` array comes twice in a row, one bound to that
+    array itself, as MPI's persistent collectives bind theirs (x copied in, or nothing
+    when in place). The bound array is held until another one is bound.
+    """
+
+    __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
+                 "last", "bound", "target")
+
+    def __init__(self, op, comm, c: Comm, plan: Plan | None, x, reduction: str, avg: bool):
+        self.op, self.comm, self.c, self.plan = op, comm, c, plan     # plan None: the library's
+        self.reduction, self.avg = reduction, avg
+        self.resident = None if plan is None else plan.resident(c.mpi, x.dtype, reduction)
+        self.shaped = None if self.resident is None else self.resident.data.reshape(x.shape)
+        self.last = self.bound = self.target = None
 
     def run(self, x, out):
         """The result, or None when ``out`` is not the simple case (then the full path runs)."""
+        if out is self.target and out is not None:
+            if out is not x:            # (x's shape and dtype are the signature's)
+                if out.shape != x.shape or out.dtype != x.dtype:
+                    return None
+                out[...] = x
+            self.bound.run()
+            if self.avg:
+                ops.finalize(self.bound.data, Op.AVG, self.c.size)
+            return out
+        shaped = self.shaped
+        if shaped is not None:
+            if out is not None:
+                if not _writable_like(out, x):
+                    return None
+                if out is self.last and out.flags.c_contiguous:
+                    return self._bind(out).run(x, out)
+                self.last = out
+            shaped[...] = x
+            self.resident.run()
+            if self.avg:
+                ops.finalize(self.resident.data, Op.AVG, self.c.size)
+            if out is None:
+                return shaped.copy()
+            out[...] = shaped
+            return out
         if out is None:
             result = x.copy()
             data = result.reshape(-1)
@@ -102,12 +134,9 @@ class _Repeat(NamedTuple):
             result = x
             data = x.reshape(-1)
         else:
-            if type(out) is not np.ndarray or out.shape != x.shape or out.dtype != x.dtype:
+            if not _writable_like(out, x) or not out.flags.c_contiguous:
                 return None
-            flags = out.flags
-            if not (flags.c_contiguous and flags.writeable):
-                return None
-            np.copyto(out, x)
+            out[...] = x
             result = out
             data = out.reshape(-1)
         c = self.c
@@ -119,10 +148,24 @@ class _Repeat(NamedTuple):
             ops.finalize(data, Op.AVG, c.size)
         return result
 
+    def _bind(self, out) -> _Repeat:
+        """Run from now on in ``out``'s own memory (the previous binding is freed)."""
+        if self.bound is not None:
+            self.bound.free()
+        self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction)
+        self.target, self.last = out, None
+        return self
+
+
+def _writable_like(out, x) -> bool:
+    """Whether ``out`` is ``x`` or a numpy array of its shape and dtype, and writeable."""
+    return (out is x or type(out) is np.ndarray and out.shape == x.shape
+            and out.dtype == x.dtype) and out.flags.writeable
+
 
 _repeats: dict = {}
 _REPEATS_KEPT = 256
-_pyar_algo, _tuning_file = tuner._pyar_algo, tuner._tuning_file
+_overrides = tuner.overrides
 
 
 def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None):

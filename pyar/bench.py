@@ -72,13 +72,16 @@ def sizes(minbytes: int, maxbytes: int, factor: int) -> list[int]:
 
 
 def default_iters(nbytes: int) -> int:
-    """Timed calls per implementation: nccl-tests' 20 up to 64 KiB, then fewer, 2 from 1 MiB."""
-    return int(min(20, max(2, (2 << 20) // nbytes)))
+    """Timed calls per implementation: as the OSU benchmarks, 1,000 for small messages (a
+    barrier's skew, a microsecond or more, then weighs on no call), fewer from 16 KiB, down
+    to 2 from 8 MiB."""
+    return int(min(1000, max(2, (16 << 20) // nbytes)))
 
 
 def default_warmup(nbytes: int) -> int:
-    """Untimed calls before timing (the first builds pyar's plan and compiles kernels)."""
-    return 1 if nbytes >= 1 << 20 else 3
+    """Untimed calls before timing (the first builds pyar's plan and compiles kernels; the
+    next ones bind buffers): a tenth of the timed ones, at least one."""
+    return max(1, default_iters(nbytes) // 10)
 
 
 def parse_algorithms(text: str, collective: str = "allreduce") -> list[str]:

@@ -81,15 +81,18 @@ class Comm:
         return found
 
     def next_tag(self) -> int:
-        """The tag of the next collective on this Comm: its sequence number, wrapped."""
+        """The tag of the next collective on this Comm: its sequence number, wrapped below the
+        tag of the executor's persistent requests (32767)."""
         self._seq += 1
-        return self._seq % 32768
+        return self._seq % 32767
 
     def free(self) -> None:
         """Release the duplicate communicator (also done when the user's is freed)."""
+        for plan in self.plans.values():
+            plan.free()
+        self.plans.clear()
         if self.mpi != MPI.COMM_NULL:
             self.mpi.Free()
-        self.plans.clear()
 
     def agree(self, ok: bool, call: str) -> tuple[bool, bool]:
         """Collective: (whether ``ok`` on every rank, whether every rank passed the same ``call``)."""

@@ -85,6 +85,19 @@ _pyar_algo = _env_reader("PYAR_ALGO")
 _tuning_file = _env_reader("PYAR_TUNING_FILE")
 
 
+def _overrides_reader():
+    """``overrides()``: a token that changes whenever PYAR_ALGO or PYAR_TUNING_FILE does (their
+    raw values), for caches of :func:`select`'s answers; cheaper than reading both."""
+    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
+    if not isinstance(data, dict) or encode is None:
+        return lambda: (_pyar_algo(), _tuning_file())
+    get, algo, tuning = data.get, encode("PYAR_ALGO"), encode("PYAR_TUNING_FILE")
+    return lambda: (get(algo), get(tuning))
+
+
+overrides = _overrides_reader()
+
+
 def _forced(text: str, collective: str) -> str | None:
     """The algorithm the PYAR_ALGO value ``text`` names for ``collective``, if any."""
     table = _parse_override(text)

@@ -174,7 +174,7 @@ def test_algorithm_lists():
     registered = [n for n in pyar.algorithms() if n != "mpi"]
     assert parse_algorithms("all,auto") == [*registered, "mpi", "auto"]
     assert parse_algorithms("ring, auto,ring") == ["ring", "auto"]
-    assert bench.default_iters(8) == 20 and bench.default_iters(64 << 20) == 2
+    assert bench.default_iters(8) == 1000 and bench.default_iters(64 << 20) == 2
     assert bench._batches(10) == [3, 3, 2, 2] and bench._batches(2) == [1, 1]
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from pyar.kernels import DTYPES, HALF, OPS, divide_into, folder, reduce_into
+from pyar.kernels import DTYPES, HALF, OPS, bound_fold, divide_into, folder, reduce_into
 
 UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 CANONICAL_NAN = {np.dtype(np.float16): 0x7E00, np.dtype(ml_dtypes.bfloat16): 0x7FC0,
@@ -265,5 +265,27 @@ def test_folder_is_reduce_into_without_the_checks(dtype):
         reduce_into(checked, b, op)
         folder(dtype, op)(unchecked, b)
         assert checked.tobytes() == unchecked.tobytes(), f"{dtype} {op}"
+        bound = a.copy()
+        fold = bound_fold(bound, b, op)
+        fold()
+        assert checked.tobytes() == bound.tobytes(), f"{dtype} {op} bound"
+        b[:] = bound            # the bound fold reads the arrays as they are at each call
+        fold()
+        reduce_into(checked, checked.copy(), op)
+        assert checked.tobytes() == bound.tobytes(), f"{dtype} {op} bound, twice"
     with pytest.raises(ValueError, match="op must be one of"):
         folder(dtype, "avg")
+
+
+def test_bound_fold_checks_its_arrays_once():
+    a, b = np.zeros(8, np.float32), np.ones(8, np.float32)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        bound_fold(a[::2], b[::2], "sum")
+    with pytest.raises(ValueError, match="one dtype and length"):
+        bound_fold(a, b[:4], "sum")
+    with pytest.raises(ValueError, match="op must be one of"):
+        bound_fold(a, b, "avg")
+    read_only = np.zeros(8, np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        bound_fold(read_only, b, "sum")

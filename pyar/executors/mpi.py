@@ -9,24 +9,35 @@ on a chunk the same step sends, go through a landing buffer and take effect
 when the step ends; all others land in place. Scratch and landing buffers are
 allocated once per plan and dtype and reused.
 
+Small messages (up to :data:`RESIDENT_BYTES`) run instead on a buffer the plan
+owns, :class:`Resident`: every message of every step is a persistent request
+(``MPI_Send_init``/``MPI_Recv_init``) and every fold a kernel bound to its
+views, made once; a call copies in, starts and waits each step, folds, copies
+out. There a call's time is Python's, not the wire's.
+
 Messages travel as MPI_BYTE: a schedule moves bytes, and the reduction is
 pyar's own (:mod:`pyar.kernels`).
 """
 
 from __future__ import annotations
 
+import atexit
+import weakref
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
 
 from ..errors import ScheduleError
-from ..kernels import HALF, folder
+from ..kernels import HALF, bound_fold, folder
 from ..schedule import Schedule
 
 DATA, SCRATCH, LANDING = 0, 1, 2
 _BUFFER = {"data": DATA, "scratch": SCRATCH}
 _BYTE = MPI.BYTE
+RESIDENT_BYTES = 1 << 16    # messages up to this size run on a Resident
+RESIDENT_TAG = 32767        # its persistent requests' tag; Comm.next_tag stays below
 
 
 class _Span(NamedTuple):
@@ -146,12 +157,16 @@ class Plan:
     """One rank's schedule compiled for this executor, with its reusable buffers."""
 
     def __init__(self, schedule: Schedule, rank: int):
+        self.count = schedule.count
         self.scratch_count = schedule.scratch_count(rank)
         self.landing_count = 0
+        self.spans = []                     # per step: (where, sends, recvs)
         self.steps = [self._compile(step, f"rank {rank} step {i}")
                       for i, step in enumerate(schedule.steps(rank))]
         self._buffers = {}
         self._folds = {}
+        self._residents = {}
+        self._bound = weakref.WeakSet()
 
     def _compile(self, step, where):
         sends = [_Span(op.peer, _BUFFER[op.chunk.buffer], op.chunk.lo, op.chunk.hi)
@@ -167,6 +182,7 @@ class Plan:
             else:
                 recvs.append(_Recv(span, None, False))
         self.landing_count = max(self.landing_count, landed)
+        self.spans.append((where, sends, recvs))
         if len(sends) == 1 and len(recvs) == 1:
             return _Exchange(where, sends[0], recvs[0])
         if len(sends) == 1 and not recvs:
@@ -183,16 +199,118 @@ class Plan:
                                             np.empty(self.landing_count, dtype))
         return found
 
+    def resident(self, comm: MPI.Comm, dtype: np.dtype, reduction: str | None):
+        """The :class:`Resident` of this plan for ``dtype`` and ``reduction`` if its messages are
+        small enough (every rank decides alike), else None."""
+        key = (dtype, reduction)
+        found = self._residents.get(key)
+        if found is None and key not in self._residents:
+            small = self.count * dtype.itemsize <= RESIDENT_BYTES
+            found = self._residents[key] = Resident(self, comm, dtype, reduction) if small \
+                else None
+        return found
+
+    def bind(self, comm: MPI.Comm, data: np.ndarray, reduction: str | None) -> Resident:
+        """A :class:`Resident` running in ``data`` itself (1-D, contiguous, ``count`` elements,
+        kept alive by it), freed with this plan at the latest."""
+        resident = Resident(self, comm, data.dtype, reduction, data)
+        self._bound.add(resident)
+        return resident
+
+    def free(self) -> None:
+        """Free the MPI resources held (the Residents' requests)."""
+        for resident in [*self._residents.values(), *self._bound]:
+            if resident is not None:
+                resident.free()
+        self._residents.clear()
+
     def run(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None) -> None:
         """Run the steps on ``data`` (1-D, contiguous, ``schedule.count`` elements), folding
         with ``reduction`` (``"sum" "prod" "max" "min"``; None if nothing folds)."""
         dtype = data.dtype
+        resident = self.resident(comm, dtype, reduction)
+        if resident is not None:
+            resident.data[...] = data
+            resident.run()
+            data[...] = resident.data
+            return
         bufs = (data, *self.buffers(dtype))
         fold = self._folds.get((dtype, reduction))
         if fold is None and reduction is not None:
             fold = self._folds[dtype, reduction] = folder(dtype, reduction)
         for step in self.steps:
             step.run(bufs, comm, tag, fold)
+
+
+class Resident:
+    """A plan bound to buffers: ``data`` (``plan.count`` elements: its own, or a caller's 1-D
+    contiguous array that then must outlive it), scratch and landing of its own, every
+    message a persistent request, every fold a bound kernel.
+
+    Each step runs as ``MPI_Startall``, ``MPI_Waitall``, a size check of what
+    arrived, then its folds and copies. All persistent requests use
+    :data:`RESIDENT_TAG`: a plan is resident by its size alone, the same on every
+    rank, and messages between two ranks on pyar's private communicator match in
+    the order they were sent, so one tag cannot confuse two calls. The requests
+    are freed with the object.
+    """
+
+    def __init__(self, plan: Plan, comm: MPI.Comm, dtype: np.dtype, reduction: str | None,
+                 data: np.ndarray | None = None):
+        self.data = np.empty(plan.count, dtype) if data is None else data
+        bufs = (self.data, np.empty(plan.scratch_count, dtype),
+                np.empty(plan.landing_count, dtype))
+        self.steps = []
+        for where, sends, recvs in plan.spans:
+            requests, received, finishes = [], [], []
+            for wire, dst, fold in recvs:
+                view = bufs[wire.buf][wire.lo:wire.hi]
+                requests.append(comm.Recv_init([view, _BYTE], wire.peer, RESIDENT_TAG))
+                received.append((len(requests) - 1, view, wire.peer))
+                if dst is not None:
+                    target = bufs[dst.buf][dst.lo:dst.hi]
+                    finishes.append(bound_fold(target, view, reduction) if fold else
+                                    partial(np.copyto, target, view))
+            requests += [comm.Send_init([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, RESIDENT_TAG)
+                         for s in sends]
+            statuses = [MPI.Status() for _ in requests]
+            checks = [(statuses[i], view.nbytes, view, peer) for i, view, peer in received]
+            self.steps.append((where, requests, statuses, checks, finishes))
+        _LIVE.add(self)
+
+    def run(self) -> None:
+        """One call: every step on ``data`` (the caller fills it and reads the result)."""
+        for where, requests, statuses, checks, finishes in self.steps:
+            _START_ALL(requests)
+            _WAIT_ALL(requests, statuses)
+            for status, nbytes, view, peer in checks:
+                if status.Get_count(_BYTE) != nbytes:
+                    _check_size(status, view, peer, where)
+            for finish in finishes:
+                finish()
+
+    def free(self) -> None:
+        """Free the persistent requests (idempotent; the object cannot run afterwards)."""
+        if not MPI.Is_finalized():
+            for step in self.steps:
+                for request in step[1]:
+                    if request:
+                        request.Free()
+        self.steps = []
+
+    __del__ = free
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()      # Residents with requests to free
+
+
+@atexit.register            # runs before mpi4py's MPI_Finalize, a C-level exit hook
+def _free_residents():
+    for resident in list(_LIVE):
+        resident.free()
+
+
+_START_ALL, _WAIT_ALL = MPI.Prequest.Startall, MPI.Request.Waitall
 
 
 _MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}

@@ -105,6 +105,60 @@ def test_repeated_calls_interleaved_with_user_traffic(comm):
     agree(comm, got.tolist() == [1000 + left] * 3, f"user message corrupted: {got}")
 
 
+def test_small_messages_repeat_on_resident_and_bound_buffers(comm):
+    """A repeated small allreduce runs on persistent requests: on the plan's own buffer, or on
+    the caller's ``out`` once it comes twice in a row (pyar.executors.mpi.Resident). Every
+    ``out`` form, a switch of ``out``, avg, and large calls (other tags) in between: each
+    result is MPI_Allreduce's."""
+    from pyar import api
+    from pyar.executors.mpi import RESIDENT_BYTES
+
+    shape, failures = (3, 13), []
+    same, other = np.empty(shape, np.float32), np.empty(shape, np.float32)
+    in_place = np.empty(shape, np.float32)
+    strided = np.empty((3, 26), np.float32)[:, ::2]
+    big = RESIDENT_BYTES // 4 + 5
+    forms = ["same", "same", "same", "in place", "in place", "in place", "new", "alternate",
+             "alternate", "strided", "strided", "big", "same", "avg", "avg", "avg"]
+    for i, form in enumerate(forms):
+        op = "avg" if form == "avg" else "sum"
+        x = sample(comm.rank, shape[0] * shape[1], np.float32, op, seed=i).reshape(shape)
+        if form == "big":
+            x = sample(comm.rank, big, np.float32, op, seed=i)
+            out = None
+        elif form == "in place":
+            in_place[...] = x
+            out = in_place
+        else:
+            out = {"same": same, "avg": same, "new": None, "strided": strided,
+                   "alternate": other if i % 2 else same}[form]
+        original = x.copy()
+        try:
+            result = pyar.allreduce(x if out is not in_place else in_place, out, op=op,
+                                    algorithm="recursive_doubling")
+            if out is not None and result is not out:
+                raise AssertionError(f"{form}: the result is not out")
+            check_against_mpi(comm, result, original, op, f"call {i}: {form}")
+        except AssertionError as e:
+            failures.append(str(e))
+    bound = [r.target is same for r in api._repeats.values() if r.shaped is not None
+             and r.shaped.shape == shape]
+    agree(comm, not failures, "; ".join(failures[:2]))
+    agree(comm, any(bound), "no repeat ran on the caller's out bound to persistent requests")
+
+
+def test_freeing_a_communicator_frees_its_persistent_requests(comm):
+    sub = comm.Dup()
+    x = np.ones(6)
+    for _ in range(3):
+        pyar.allreduce(x, x, comm=sub)
+    plans = list(pyar.Comm.of(sub).plans.values())
+    residents = [r for p in plans for r in [*p._residents.values(), *p._bound]]
+    sub.Free()          # the Comm goes with it, and frees what its plans hold
+    agree(comm, len(residents) == 2 and all(r.steps == [] for r in residents),
+          f"{len(residents)} residents, steps left: {[len(r.steps) for r in residents]}")
+
+
 def test_sub_communicators_and_pyar_comm(comm):
     sub = comm.Split(comm.rank % 2, comm.rank)
     failure = ""

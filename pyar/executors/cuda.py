@@ -127,6 +127,7 @@ def run(plan, comm, tag: int, data, reduction) -> None:
     def fold(dst, src):            # the device kernels, on cupy's current stream
         reduce_into(dst, src, reduction)
 
+    tag = plan.tag(data.dtype, tag)     # a host rank runs the same plan with this tag
     for step in plan.steps:
         step.run(bufs, comm, tag, fold)
         stream.synchronize()

@@ -205,10 +205,15 @@ class Plan:
         key = (dtype, reduction)
         found = self._residents.get(key)
         if found is None and key not in self._residents:
-            small = self.count * dtype.itemsize <= RESIDENT_BYTES
-            found = self._residents[key] = Resident(self, comm, dtype, reduction) if small \
-                else None
+            found = self._residents[key] = (Resident(self, comm, dtype, reduction)
+                                            if self.tag(dtype, 0) == RESIDENT_TAG else None)
         return found
+
+    def tag(self, dtype: np.dtype, tag: int) -> int:
+        """The tag this plan's messages of ``dtype`` carry when the collective's is ``tag``:
+        :data:`RESIDENT_TAG` if they are small enough to run on a :class:`Resident` (an
+        executor running them otherwise, the CUDA one, must match it)."""
+        return RESIDENT_TAG if self.count * dtype.itemsize <= RESIDENT_BYTES else tag
 
     def bind(self, comm: MPI.Comm, data: np.ndarray, reduction: str | None) -> Resident:
         """A :class:`Resident` running in ``data`` itself (1-D, contiguous, ``count`` elements,

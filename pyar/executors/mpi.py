@@ -252,8 +252,8 @@ class Resident:
     contiguous array that then must outlive it), scratch and landing of its own, every
     message a persistent request, every fold a bound kernel.
 
-    Each step runs as ``MPI_Startall``, ``MPI_Waitall``, a size check of what
-    arrived, then its folds and copies. All persistent requests use
+    Each step starts its requests, waits for them, checks the size of what
+    arrived, then folds and copies. All persistent requests use
     :data:`RESIDENT_TAG`: a plan is resident by its size alone, the same on every
     rank, and messages between two ranks on pyar's private communicator match in
     the order they were sent, so one tag cannot confuse two calls. The requests
@@ -278,16 +278,26 @@ class Resident:
                                     partial(np.copyto, target, view))
             requests += [comm.Send_init([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, RESIDENT_TAG)
                          for s in sends]
-            statuses = [MPI.Status() for _ in requests]
+            statuses = [MPI.Status() if i < len(recvs) else None for i in range(len(requests))]
             checks = [(statuses[i], view.nbytes, view, peer) for i, view, peer in received]
-            self.steps.append((where, requests, statuses, checks, finishes))
+            self.steps.append((where, requests, [r.Start for r in requests],
+                               list(zip([r.Wait for r in requests], statuses)), checks,
+                               finishes))
         _LIVE.add(self)
 
     def run(self) -> None:
-        """One call: every step on ``data`` (the caller fills it and reads the result)."""
-        for where, requests, statuses, checks, finishes in self.steps:
-            _START_ALL(requests)
-            _WAIT_ALL(requests, statuses)
+        """One call: every step on ``data`` (the caller fills it and reads the result).
+
+        Each request is started and waited for on its own: cheaper in mpi4py
+        than MPI_Startall and MPI_Waitall on a list (0.5 against 0.8 us for a
+        send and a receive), and as safe, since every request of the step is
+        started before any wait.
+        """
+        for where, _, starts, waits, checks, finishes in self.steps:
+            for start in starts:
+                start()
+            for wait, status in waits:
+                wait(status)
             for status, nbytes, view, peer in checks:
                 if status.Get_count(_BYTE) != nbytes:
                     _check_size(status, view, peer, where)
@@ -313,9 +323,6 @@ _LIVE: weakref.WeakSet = weakref.WeakSet()      # Residents with requests to fre
 def _free_residents():
     for resident in list(_LIVE):
         resident.free()
-
-
-_START_ALL, _WAIT_ALL = MPI.Prequest.Startall, MPI.Request.Waitall
 
 
 _MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}

@@ -15,7 +15,7 @@ from .algorithms import LIBRARY, builder, generation as _generation
 from .comm import Comm
 from .errors import MismatchError, ScheduleError
 from .executors import mpi as library
-from .executors.mpi import Plan
+from .executors.mpi import RESIDENT_BYTES, Plan
 from .executors.sim import SimResult, simulate
 from .ops import Op
 
@@ -59,14 +59,19 @@ def _allreduce(x, out, op, algorithm, comm):
     c = Comm.of(comm)
     name = tuner.select("allreduce", algorithm, c.size, x.size, x.nbytes, x.dtype,
                         topology=c.topology)
-    work = buffers.prepare(x, out)          # last: it may write out
+    # large and out of place: the plan reads x itself, no copy of x into the result first
+    direct = name != LIBRARY and x.nbytes > RESIDENT_BYTES and buffers.apart(x, out)
+    work = buffers.prepare(x, out, copy=not direct)     # last: it may write out
     data = work.data
     plan = None
     if name == LIBRARY:
         library.library_allreduce(c.mpi, data, op.reduction)
     else:
         plan = _plan(c, "allreduce", name, data.size)
-        plan.run(c.mpi, c.next_tag(), data, op.reduction)
+        if direct:
+            plan.out_of_place().run(c.mpi, c.next_tag(), data, op.reduction, x.reshape(-1))
+        else:
+            plan.run(c.mpi, c.next_tag(), data, op.reduction)
     ops.finalize(data, op, c.size)
     if len(_repeats) >= _REPEATS_KEPT:
         _repeats.clear()
@@ -124,26 +129,29 @@ class _Repeat:
                 return shaped.copy()
             out[...] = shaped
             return out
-        if out is None:
-            result = x.copy()
-            data = result.reshape(-1)
-        elif out is x:
+        if out is x:
             flags = x.flags
             if not (flags.c_contiguous and flags.writeable):
                 return None
             result = x
-            data = x.reshape(-1)
+        elif out is None:
+            result = x.copy() if self.plan is None else np.empty(x.shape, x.dtype)
         else:
-            if not _writable_like(out, x) or not out.flags.c_contiguous:
+            if not _writable_like(out, x) or not out.flags.c_contiguous \
+                    or np.may_share_memory(x, out):
                 return None
-            out[...] = x
+            if self.plan is None:
+                out[...] = x
             result = out
-            data = out.reshape(-1)
+        data = result.reshape(-1)
         c = self.c
         if self.plan is None:
             library.library_allreduce(c.mpi, data, self.reduction)
-        else:
+        elif result is x:
             self.plan.run(c.mpi, c.next_tag(), data, self.reduction)
+        else:
+            self.plan.out_of_place().run(c.mpi, c.next_tag(), data, self.reduction,
+                                         x.reshape(-1))
         if self.avg:
             ops.finalize(data, Op.AVG, c.size)
         return result

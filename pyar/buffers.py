@@ -45,15 +45,23 @@ def check_out(out, shape, dtype, what: str = "x's") -> np.ndarray:
     return out
 
 
-def prepare(x: np.ndarray, out) -> Work:
+def prepare(x: np.ndarray, out, copy: bool = True) -> Work:
     """The work buffer for a collective on ``x`` (already passed :func:`check_array`) whose
-    result has x's shape, written to ``out``."""
+    result has x's shape, written to ``out``; holding x's contents unless ``copy`` is False
+    (then, where it is not x itself, its contents are undefined)."""
     if out is None:
-        result = np.array(x, order="C")
+        result = np.array(x, order="C") if copy else np.empty(x.shape, x.dtype)
         return Work(result.reshape(-1), result, None)
     check_out(out, x.shape, x.dtype)
     if out.flags.c_contiguous:
-        if out is not x:
+        if out is not x and copy:
             np.copyto(out, x)
         return Work(out.reshape(-1), out, None)
-    return Work(np.array(x, order="C").reshape(-1), out, out)
+    data = np.array(x, order="C") if copy else np.empty(x.shape, x.dtype)
+    return Work(data.reshape(-1), out, out)
+
+
+def apart(x: np.ndarray, out) -> bool:
+    """Whether a collective can write ``out`` while it still reads ``x``: ``out`` is a new
+    array, or one whose memory cannot overlap x's."""
+    return out is None or (out is not x and not np.may_share_memory(x, out))

@@ -22,6 +22,7 @@ pyar's own (:mod:`pyar.kernels`).
 from __future__ import annotations
 
 import atexit
+import copy
 import weakref
 from functools import partial
 from typing import NamedTuple
@@ -33,7 +34,7 @@ from ..errors import ScheduleError
 from ..kernels import HALF, bound_fold, folder
 from ..schedule import Schedule
 
-DATA, SCRATCH, LANDING = 0, 1, 2
+DATA, SCRATCH, LANDING, SOURCE = 0, 1, 2, 3     # SOURCE: x, in an out-of-place variant
 _BUFFER = {"data": DATA, "scratch": SCRATCH}
 _BYTE = MPI.BYTE
 RESIDENT_BYTES = 1 << 16    # messages up to this size run on a Resident
@@ -51,13 +52,22 @@ class _Recv(NamedTuple):
     wire: _Span            # where MPI writes
     dst: _Span | None      # where a landed message goes at the end of the step, else None
     fold: bool
+    source: _Span | None = None     # x's elements folded into the wire's once it has landed
+
+
+def _overlap(a: _Span, b: _Span) -> bool:
+    return a.buf == b.buf and a.lo < b.hi and b.lo < a.hi
 
 
 def _finish(recv: _Recv, bufs, fold):
-    """A landed message takes effect: folded in with ``fold(dst, src)``, or copied."""
+    """A message that landed takes effect: folded in with ``fold(dst, src)``, or copied; or,
+    received in place, has x's elements folded into it (out-of-place variant)."""
     d, w = recv.dst, recv.wire
-    incoming = bufs[LANDING][w.lo:w.hi]
-    if recv.fold:
+    incoming = bufs[w.buf][w.lo:w.hi]
+    if d is None:
+        s = recv.source
+        fold(incoming, bufs[SOURCE][s.lo:s.hi])
+    elif recv.fold:
         fold(bufs[d.buf][d.lo:d.hi], incoming)
     else:
         bufs[d.buf][d.lo:d.hi] = incoming
@@ -75,13 +85,13 @@ class _Exchange:
     """One send and one receive: MPI_Sendrecv (the hot path of small messages: flat)."""
 
     __slots__ = ("where", "status", "sbuf", "slo", "shi", "speer", "wbuf", "wlo", "whi",
-                 "wpeer", "recv", "dst")
+                 "wpeer", "recv", "dst", "source")
 
     def __init__(self, where, send, recv):
         self.where, self.status, self.recv = where, MPI.Status(), recv
         self.speer, self.sbuf, self.slo, self.shi = send
         self.wpeer, self.wbuf, self.wlo, self.whi = recv.wire
-        self.dst = recv.dst
+        self.dst, self.source = recv.dst, recv.source
 
     def run(self, bufs, comm, tag, fold):
         into = bufs[self.wbuf][self.wlo:self.whi]
@@ -96,6 +106,9 @@ class _Exchange:
                 fold(bufs[d.buf][d.lo:d.hi], into)
             else:
                 bufs[d.buf][d.lo:d.hi] = into
+        elif self.source is not None:
+            s = self.source
+            fold(into, bufs[SOURCE][s.lo:s.hi])
 
 
 class _SendOnly:
@@ -122,7 +135,7 @@ class _RecvOnly:
         into = bufs[w.buf][w.lo:w.hi]
         comm.Recv([into, _BYTE], w.peer, tag, self.status)
         _check_size(self.status, into, w.peer, self.where)
-        if r.dst is not None:
+        if r.dst is not None or r.source is not None:
             _finish(r, bufs, fold)
 
 
@@ -136,7 +149,7 @@ class _General:
         self.statuses = [MPI.Status() for _ in range(len(recvs) + len(sends))]
 
     def run(self, bufs, comm, tag, fold):
-        views = [bufs[w.buf][w.lo:w.hi] for w, _, _ in self.recvs]
+        views = [bufs[r.wire.buf][r.wire.lo:r.wire.hi] for r in self.recvs]
         requests = [comm.Irecv([view, _BYTE], r.wire.peer, tag)
                     for view, r in zip(views, self.recvs)]
         requests += [comm.Isend([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag)
@@ -144,8 +157,30 @@ class _General:
         wait(requests, self.statuses)
         for view, r, status in zip(views, self.recvs, self.statuses):
             _check_size(status, view, r.wire.peer, self.where)
-            if r.dst is not None:
+            if r.dst is not None or r.source is not None:
                 _finish(r, bufs, fold)
+
+
+class _Copy:
+    """Out-of-place variant: x's elements copied into data where the schedule is about to use
+    what data held before anything was written to it (or, at the end, never wrote it)."""
+
+    __slots__ = ("ranges",)
+
+    def __init__(self, ranges):
+        self.ranges = ranges
+
+    def run(self, bufs, comm, tag, fold):
+        data, source = bufs[DATA], bufs[SOURCE]
+        for lo, hi in self.ranges:
+            data[lo:hi] = source[lo:hi]
+
+
+def _unwritten(written: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The runs of ``[lo, hi)`` that ``written`` marks False, as (lo, hi) ranges."""
+    mask = np.concatenate(([True], written[lo:hi], [True]))
+    edges = np.flatnonzero(mask[1:] != mask[:-1]) + lo
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
 
 
 def wait(requests, statuses) -> None:
@@ -157,32 +192,76 @@ class Plan:
     """One rank's schedule compiled for this executor, with its reusable buffers."""
 
     def __init__(self, schedule: Schedule, rank: int):
-        self.count = schedule.count
+        self.count, self.rank = schedule.count, rank
         self.scratch_count = schedule.scratch_count(rank)
-        self.landing_count = 0
-        self.spans = []                     # per step: (where, sends, recvs)
-        self.steps = [self._compile(step, f"rank {rank} step {i}")
-                      for i, step in enumerate(schedule.steps(rank))]
-        self._buffers = {}
-        self._folds = {}
-        self._residents = {}
-        self._bound = weakref.WeakSet()
+        self.ops = [([_Span(op.peer, _BUFFER[op.chunk.buffer], op.chunk.lo, op.chunk.hi)
+                      for op in step.sends],
+                     [(_Span(op.peer, _BUFFER[op.chunk.buffer], op.chunk.lo, op.chunk.hi),
+                       op.reduce) for op in step.recvs])
+                    for step in schedule.steps(rank)]
+        self.source = False
+        self._compile(None)
+        self._variant = None
 
-    def _compile(self, step, where):
-        sends = [_Span(op.peer, _BUFFER[op.chunk.buffer], op.chunk.lo, op.chunk.hi)
-                 for op in step.sends]
-        recvs, landed = [], 0
-        for op in step.recvs:
-            c = op.chunk
-            span = _Span(op.peer, _BUFFER[c.buffer], c.lo, c.hi)
-            if op.reduce or any(c.overlaps(s.chunk) for s in step.sends):
-                recvs.append(_Recv(_Span(op.peer, LANDING, landed, landed + c.count), span,
-                                   op.reduce))
-                landed += c.count
-            else:
-                recvs.append(_Recv(span, None, False))
-        self.landing_count = max(self.landing_count, landed)
-        self.spans.append((where, sends, recvs))
+    def _compile(self, written):
+        """Compile ``ops`` into ``steps`` (and ``spans``: per step (where, sends, recvs)).
+
+        ``written`` is None, or for the out-of-place variant a mask of the data
+        elements written so far: a send of elements not yet written reads them
+        from x, a fold into them receives in place and folds x's in (the
+        kernels are commutative bit for bit), and x is copied into data only
+        where a step needs both (or the schedule never writes)."""
+        self.landing_count, self.spans, self.steps = 0, [], []
+        self._buffers, self._folds, self._residents = {}, {}, {}
+        self._bound = weakref.WeakSet()
+        for i, (sends, recvs) in enumerate(self.ops):
+            where = f"rank {self.rank} step {i}"
+            before = []
+            if written is not None:
+                sends = [self._read_from(s, written, before) for s in sends]
+            compiled, landed = [], 0
+            for span, reduce in recvs:
+                if written is not None and span.buf == DATA:
+                    direct = (reduce and not written[span.lo:span.hi].any()
+                              and not any(_overlap(span, s) for s in sends))
+                    if reduce and not direct:
+                        before += _unwritten(written, span.lo, span.hi)
+                    written[span.lo:span.hi] = True     # a second fold there lands apart
+                    if direct:
+                        compiled.append(_Recv(span, None, False,
+                                              span._replace(buf=SOURCE)))
+                        continue
+                if reduce or any(_overlap(span, s) for s in sends):
+                    n = span.hi - span.lo
+                    compiled.append(_Recv(_Span(span.peer, LANDING, landed, landed + n), span,
+                                          reduce))
+                    landed += n
+                else:
+                    compiled.append(_Recv(span, None, False))
+            if before:
+                self.steps.append(_Copy(before))
+            self.landing_count = max(self.landing_count, landed)
+            self.spans.append((where, sends, compiled))
+            self.steps.append(self._step(where, sends, compiled))
+        if written is not None and not written.all():
+            self.steps.append(_Copy(_unwritten(written, 0, self.count)))
+
+    @staticmethod
+    def _read_from(send: _Span, written, before) -> _Span:
+        """Where the out-of-place variant sends ``send`` from: x while none of it is written,
+        else data (x's part copied in first, into ``before``)."""
+        if send.buf != DATA:
+            return send
+        part = written[send.lo:send.hi]
+        if not part.any():
+            return send._replace(buf=SOURCE)
+        if not part.all():
+            before += _unwritten(written, send.lo, send.hi)
+            part[...] = True
+        return send
+
+    @staticmethod
+    def _step(where, sends, recvs):
         if len(sends) == 1 and len(recvs) == 1:
             return _Exchange(where, sends[0], recvs[0])
         if len(sends) == 1 and not recvs:
@@ -190,6 +269,16 @@ class Plan:
         if len(recvs) == 1 and not sends:
             return _RecvOnly(where, recvs[0])
         return _General(where, sends, recvs)
+
+    def out_of_place(self) -> Plan:
+        """This plan's variant that reads x where the caller's data buffer is not x (built
+        here, once: every rank sends and receives the same messages either way)."""
+        if self._variant is None:
+            variant = copy.copy(self)
+            variant.source = True
+            variant._compile(np.zeros(self.count, bool))
+            self._variant = variant
+        return self._variant
 
     def buffers(self, dtype: np.dtype):
         """The (scratch, landing) arrays of ``dtype`` for this plan, allocated once."""
@@ -206,7 +295,8 @@ class Plan:
         found = self._residents.get(key)
         if found is None and key not in self._residents:
             found = self._residents[key] = (Resident(self, comm, dtype, reduction)
-                                            if self.tag(dtype, 0) == RESIDENT_TAG else None)
+                                            if self.tag(dtype, 0) == RESIDENT_TAG
+                                            and not self.source else None)
         return found
 
     def tag(self, dtype: np.dtype, tag: int) -> int:
@@ -229,10 +319,19 @@ class Plan:
                 resident.free()
         self._residents.clear()
 
-    def run(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None) -> None:
+    def run(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None,
+            source: np.ndarray | None = None) -> None:
         """Run the steps on ``data`` (1-D, contiguous, ``schedule.count`` elements), folding
-        with ``reduction`` (``"sum" "prod" "max" "min"``; None if nothing folds)."""
+        with ``reduction`` (``"sum" "prod" "max" "min"``; None if nothing folds). The
+        out-of-place variant takes x as ``source`` (like data, not overlapping it) and
+        leaves x's contents there untouched."""
         dtype = data.dtype
+        if self.source:
+            bufs = (data, *self.buffers(dtype), source)
+            fold = self._fold(dtype, reduction)
+            for step in self.steps:
+                step.run(bufs, comm, tag, fold)
+            return
         resident = self.resident(comm, dtype, reduction)
         if resident is not None:
             resident.data[...] = data
@@ -240,11 +339,15 @@ class Plan:
             data[...] = resident.data
             return
         bufs = (data, *self.buffers(dtype))
+        fold = self._fold(dtype, reduction)
+        for step in self.steps:
+            step.run(bufs, comm, tag, fold)
+
+    def _fold(self, dtype, reduction):
         fold = self._folds.get((dtype, reduction))
         if fold is None and reduction is not None:
             fold = self._folds[dtype, reduction] = folder(dtype, reduction)
-        for step in self.steps:
-            step.run(bufs, comm, tag, fold)
+        return fold
 
 
 class Resident:
@@ -268,7 +371,7 @@ class Resident:
         self.steps = []
         for where, sends, recvs in plan.spans:
             requests, received, finishes = [], [], []
-            for wire, dst, fold in recvs:
+            for wire, dst, fold, _ in recvs:
                 view = bufs[wire.buf][wire.lo:wire.hi]
                 requests.append(comm.Recv_init([view, _BYTE], wire.peer, RESIDENT_TAG))
                 received.append((len(requests) - 1, view, wire.peer))

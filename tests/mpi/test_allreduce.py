@@ -147,6 +147,39 @@ def test_small_messages_repeat_on_resident_and_bound_buffers(comm):
     agree(comm, any(bound), "no repeat ran on the caller's out bound to persistent requests")
 
 
+@pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a != "mpi"])
+def test_large_out_of_place_reads_x_itself(comm, algorithm):
+    """Above RESIDENT_BYTES an out-of-place allreduce runs the plan's out-of-place variant:
+    sends of x's elements read x, folds into them receive in place and fold x's in, x is
+    copied only where needed. Every out form, x left alone, against MPI_Allreduce."""
+    from pyar.executors.mpi import RESIDENT_BYTES
+
+    count = RESIDENT_BYTES // 4 + 3 * comm.size + 1
+    failures = []
+    for i, (dtype, op) in enumerate([(np.float32, "sum"), (np.int32, "prod"),
+                                     (np.float64, "max"), (HALF[1], "min"),
+                                     (np.float64, "avg")]):
+        x = sample(comm.rank, count, dtype, op, seed=i)
+        original = x.copy()
+        outs = {"new": None, "out": np.empty_like(x), "strided": np.empty(2 * count, dtype)[::2],
+                "overlapping": x}           # x itself: in place, the plan's plain form
+        for form, out in outs.items():
+            what = f"{algorithm} {np.dtype(dtype)} {op} {form}"
+            x[...] = original
+            try:
+                for _ in range(2):          # the first call checks, the second repeats
+                    x[...] = original
+                    result = pyar.allreduce(x, out, op=op, algorithm=algorithm)
+                    if out is not None and result is not out:
+                        raise AssertionError(f"{what}: the result is not out")
+                    if out is not x and not np.array_equal(x, original):
+                        raise AssertionError(f"{what}: x was modified")
+                    check_against_mpi(comm, result, original, op, what)
+            except AssertionError as e:
+                failures.append(str(e))
+    agree(comm, not failures, "; ".join(failures[:2]))
+
+
 def test_freeing_a_communicator_frees_its_persistent_requests(comm):
     sub = comm.Dup()
     x = np.ones(6)

@@ -9,7 +9,9 @@ placed). What is measured, each the lower quartile of many timed calls:
   two large exchanges gives beta.
 - ``gamma`` per dtype: :func:`pyar.kernels.reduce_into` (sum) on a large array.
 - ``delta``: pyar's own overhead per step, over a bare Sendrecv: the slope of
-  the time of a pyar schedule of k one-element exchanges against k, less alpha.
+  the time of a pyar schedule of k one-element exchanges against k, less alpha,
+  on the executor's general path (a buffer above RESIDENT_BYTES; a small
+  plan's steps, persistent requests, cost about alpha alone).
   The intercept (pyar's overhead per call, the same for every algorithm) is
   reported, not used.
 
@@ -31,6 +33,7 @@ from . import api, cost, ops
 from .algorithms import register_algorithm
 from .comm import Comm
 from .errors import TimeoutError
+from .executors.mpi import RESIDENT_BYTES
 from .kernels import reduce_into
 from .schedule import Chunk, Recv, Send, Step
 
@@ -76,12 +79,18 @@ def _exchange_time(pair, nbytes: int, iters: int) -> float:
                     iters)
 
 
+_PAD = RESIDENT_BYTES // 8 + 1  # float64 elements: a buffer this big runs on the general path
+
+
 @register_algorithm(_NAME)
 def _steps(rank, size, count, topology=None):
-    """``count - 1`` steps, each a one-element exchange with the partner rank (2 ranks only)."""
+    """``count - _PAD`` steps, each a one-element exchange with the partner rank (2 ranks only),
+    in a buffer big enough for the executor's general path (small plans run on persistent
+    requests, where a step costs about what a bare exchange does: large plans' steps are
+    the ones whose overhead the model must know)."""
     peer = 1 - rank
     return [Step([Send(peer, Chunk("data", 0, 1)), Recv(peer, Chunk("data", 1, 2))])
-            for _ in range(count - 1)]
+            for _ in range(count - _PAD)]
 
 
 def _step_times(pair, iters: int) -> tuple[float, float]:
@@ -89,7 +98,7 @@ def _step_times(pair, iters: int) -> tuple[float, float]:
     comm = Comm(pair)
     times = []
     for k in STEPS:
-        x = np.zeros(k + 1, np.float64)
+        x = np.zeros(_PAD + k, np.float64)
         api.allreduce(x, x, algorithm=_NAME, comm=comm)        # compile the plan first
         _barrier(pair)
         times.append(_typical(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm), iters))

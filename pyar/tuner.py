@@ -40,12 +40,11 @@ FORMAT = "pyar-tuning/1"
 
 # Measured by `pyar tune` (mpiexec -n 2, MPICH 5.0.2 wheel, shared memory) on the
 # 2-core development VM on 2026-11-30 13:25 UTC, load average 2 (other sessions' jobs
-# winding down): lower quartiles of many timed calls. delta re-measured at 14:38 after
-# small messages moved to persistent requests: 0 (a resident step costs no more than the
-# bare MPI_Sendrecv that alpha is; auto's choices at 2 and 4 ranks are those of 1.5 us).
-# Run `pyar tune` on your own machine.
+# winding down): lower quartiles of many timed calls. delta re-measured at 14:57 on the
+# executor's general path, after small messages moved to persistent requests (whose
+# steps cost about alpha alone): 1.2 us (it was 1.5). Run `pyar tune` on your own machine.
 DEFAULTS = cost.Params(
-    alpha=3.05e-6, beta=9.40e-11, delta=0.0,
+    alpha=3.05e-6, beta=9.40e-11, delta=1.20e-6,
     gamma={"int8": 7.85e-11, "int16": 7.67e-11, "int32": 7.72e-11, "int64": 7.76e-11,
            "uint8": 7.74e-11, "uint16": 7.65e-11, "uint32": 7.72e-11, "uint64": 6.91e-11,
            "float16": 2.66e-10, "bfloat16": 1.26e-10, "float32": 9.13e-11, "float64": 9.11e-11})

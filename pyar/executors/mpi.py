@@ -15,6 +15,10 @@ owns, :class:`Resident`: every message of every step is a persistent request
 views, made once; a call copies in, starts and waits each step, folds, copies
 out. There a call's time is Python's, not the wire's.
 
+A large out-of-place call runs the plan's :meth:`Plan.out_of_place` variant,
+which reads the caller's x itself where the schedule reads data that nothing
+has written yet, instead of copying x into the result first.
+
 Messages travel as MPI_BYTE: a schedule moves bytes, and the reduction is
 pyar's own (:mod:`pyar.kernels`).
 """
@@ -56,7 +60,8 @@ class _Recv(NamedTuple):
 
 
 def _overlap(a: _Span, b: _Span) -> bool:
-    return a.buf == b.buf and a.lo < b.hi and b.lo < a.hi
+    """Whether two non-empty spans share elements of one buffer."""
+    return a.buf == b.buf and a.lo < b.hi and b.lo < a.hi and a.lo < a.hi and b.lo < b.hi
 
 
 def _finish(recv: _Recv, bufs, fold):

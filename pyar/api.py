@@ -105,7 +105,10 @@ class _Repeat:
     def run(self, x, out):
         """The result, or None when ``out`` is not the simple case (then the full path runs)."""
         if out is self.target and out is not None:
-            if out is not x:            # (x's shape and dtype are the signature's)
+            if out is x:                # (x's shape and dtype are the signature's)
+                if not x.flags.writeable:
+                    return None         # MPI would write into it all the same
+            else:
                 if out.shape != x.shape or out.dtype != x.dtype:
                     return None
                 out[...] = x

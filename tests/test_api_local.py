@@ -150,3 +150,9 @@ def test_repeated_calls_honour_every_out_contract():
         frozen.flags.writeable = False
         with pytest.raises(ValueError, match="read-only"):
             pyar.allreduce(x, frozen, comm=MPI.COMM_SELF)
+    bound = x.copy()
+    for _ in range(3):          # the second call binds the plan to bound's own memory
+        assert pyar.allreduce(bound, bound, comm=MPI.COMM_SELF) is bound
+    bound.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        pyar.allreduce(bound, bound, comm=MPI.COMM_SELF)

@@ -89,7 +89,8 @@ class _Repeat:
     A small message runs on a :class:`Resident`: the plan's own buffer (x copied in, the
     result out), or, once the same ``out`` array comes twice in a row, one bound to that
     array itself, as MPI's persistent collectives bind theirs (x copied in, or nothing
-    when in place). The bound array is held until another one is bound.
+    when in place). The bound array is held until another one is bound. A large one out
+    of place runs the plan's out-of-place variant, which reads x itself.
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",

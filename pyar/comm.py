@@ -15,6 +15,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
+from .executors.mpi import RESIDENT_TAG
 from .topology import Topology
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
@@ -82,9 +83,9 @@ class Comm:
 
     def next_tag(self) -> int:
         """The tag of the next collective on this Comm: its sequence number, wrapped below the
-        tag of the executor's persistent requests (32767)."""
+        tag of the executor's persistent requests (MPI guarantees tags up to 32767)."""
         self._seq += 1
-        return self._seq % 32767
+        return self._seq % RESIDENT_TAG
 
     def free(self) -> None:
         """Release the duplicate communicator (also done when the user's is freed)."""

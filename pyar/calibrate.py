@@ -7,6 +7,12 @@ placed). What is measured, each the lower quartile of many timed calls:
 - ``alpha``, ``beta``: an exchange (``MPI_Sendrecv`` both ways, what the
   executor posts for a paired step) of 8 bytes gives alpha; the slope between
   two large exchanges gives beta.
+- ``eager``, ``rendezvous``: exchanges from 1 KiB to 256 KiB, sizes a factor
+  of sqrt(2) apart: the first that, with the next, takes ``alpha/2`` longer
+  than ``alpha + size*beta`` predicts (beyond what the smallest sizes do) has
+  passed the library's eager limit; the limit is then bisected to 64 bytes,
+  and ``rendezvous`` is the median excess of the sizes up to 8 times it
+  (:func:`find_eager`). No such step: no limit.
 - ``gamma`` per dtype: :func:`pyar.kernels.reduce_into` (sum) on a large array.
 - ``delta``: pyar's own overhead per step, over a bare Sendrecv: the slope of
   the time of a pyar schedule of k one-element exchanges against k, less alpha,
@@ -22,6 +28,7 @@ phase the ranks run a known number of blocking exchanges, and under
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 import zlib
@@ -82,7 +89,6 @@ def _exchange_time(pair, nbytes: int, iters: int) -> float:
 _PAD = RESIDENT_BYTES // 8 + 1  # float64 elements: a buffer this big runs on the general path
 
 
-@register_algorithm(_NAME)
 def _steps(rank, size, count, topology=None):
     """``count - _PAD`` steps, each a one-element exchange with the partner rank (2 ranks only),
     in a buffer big enough for the executor's general path (small plans run on persistent
@@ -95,6 +101,7 @@ def _steps(rank, size, count, topology=None):
 
 def _step_times(pair, iters: int) -> tuple[float, float]:
     """(seconds per step, seconds per call besides its steps) of pyar's MPI executor."""
+    register_algorithm(_NAME)(_steps)       # registered only in a process that tunes
     comm = Comm(pair)
     times = []
     for k in STEPS:
@@ -105,6 +112,42 @@ def _step_times(pair, iters: int) -> tuple[float, float]:
     comm.free()
     per_step = (times[1] - times[0]) / (STEPS[1] - STEPS[0])
     return per_step, times[0] - per_step * STEPS[0]
+
+
+EAGER_SIZES = tuple(int(1024 * 2 ** (k / 2)) // 64 * 64 for k in range(17))   # 1 - 256 KiB
+
+
+def find_eager(measure, alpha: float, beta: float) -> tuple[float, float]:
+    """``(eager, rendezvous)``: the largest message (bytes) ``measure(nbytes)`` (seconds per
+    exchange) shows sent at once, and the median extra time of larger ones; ``(inf, 0)``
+    when there is no such step.
+
+    The excess of a size is its time over ``alpha + size*beta``, less the
+    median excess of the three smallest sizes (so that an alpha measured low
+    or high shifts nothing). The limit is passed at the first size of
+    :data:`EAGER_SIZES` whose excess, and the next size's, exceed ``alpha/2``;
+    it is then bisected to 64 bytes. Under MPI, ``measure`` must return the
+    same number on both ranks (rank 0's, broadcast), so that they bisect alike.
+    """
+    def excess(nbytes):
+        return measure(nbytes) - alpha - nbytes * beta
+
+    found = {n: excess(n) for n in EAGER_SIZES}
+    base = float(np.median([found[n] for n in EAGER_SIZES[:3]]))
+    late = [a for a, b in zip(EAGER_SIZES[3:], EAGER_SIZES[4:])
+            if min(found[a], found[b]) - base > alpha / 2]
+    if not late:
+        return math.inf, 0.0
+    hi = late[0]
+    lo = EAGER_SIZES[EAGER_SIZES.index(hi) - 1]
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        if excess(mid) - base > alpha / 2:
+            hi = mid
+        else:
+            lo = mid
+    beyond = [found[n] - base for n in EAGER_SIZES if hi <= n <= 8 * hi]
+    return float(lo), max(0.0, float(np.median(beyond)))
 
 
 def _gamma(nbytes: int, iters: int) -> dict:
@@ -136,6 +179,8 @@ def run(quick: bool = False, comm=None):
         t_small = _exchange_time(pair, small, iters)
         t_large = _exchange_time(pair, large, iters)
         beta = max(0.0, (t_large - t_small) / (large - small))
+        eager, rendezvous = find_eager(
+            lambda n: pair.bcast(_exchange_time(pair, n, iters), root=0), alpha, beta)
         per_step, per_call = _step_times(pair, iters)
         host = platform.node()
         crc = zlib.crc32(host.encode())
@@ -143,7 +188,8 @@ def run(quick: bool = False, comm=None):
         pair.Allreduce(MPI.IN_PLACE, crcs, MPI.MIN)
         if rank == 0:
             gamma = _gamma(large, iters)
-            params = cost.Params(alpha, beta, gamma, max(0.0, per_step - alpha))
+            params = cost.Params(alpha, beta, gamma, max(0.0, per_step - alpha), eager,
+                                 rendezvous)
             measured = {"ranks": size, "host": host, "same_host": int(crcs[0]) == -int(crcs[1]),
                         "mpi": MPI.Get_library_version().strip().splitlines()[0],
                         "per_call_overhead": max(0.0, per_call), "quick": quick,

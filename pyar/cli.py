@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import sys
@@ -129,17 +130,25 @@ def model(args) -> int:
     print(f"# parameters: {tuner.source()}")
     print(f"# alpha {params.alpha * us:.3g} us, beta {params.beta * 1e9:.3g} ns/B, "
           f"gamma({dtype}) {params.gamma_of(dtype) * 1e9:.3g} ns/B, "
-          f"delta {params.delta * us:.3g} us")
+          f"delta {params.delta * us:.3g} us, eager limit {_eager(params)}")
     print(f"# {'algorithm':<20}{'time(us)':>12}{'alpha':>11}{'beta':>11}{'gamma':>11}"
-          f"{'delta':>11}{'messages':>10}{'steps':>7}  from")
+          f"{'delta':>11}{'rndv':>11}{'messages':>10}{'steps':>7}  from")
     for name, (p, where) in rows.items():
         print(f"  {name:<20}{p.time * us:>12.2f}{p.alpha * us:>11.2f}{p.beta * us:>11.2f}"
-              f"{p.gamma * us:>11.2f}{p.delta * us:>11.2f}{p.terms.messages:>10.0f}"
-              f"{p.terms.steps:>7.0f}  {where}")
+              f"{p.gamma * us:>11.2f}{p.delta * us:>11.2f}{p.rendezvous * us:>11.2f}"
+              f"{p.terms.messages:>10.0f}{p.terms.steps:>7.0f}  {where}")
     if args.algo == "all":
         best = min(sorted(rows), key=lambda n: rows[n][0].time) if rows else "none"
         print(f"# auto picks: {best}")
     return 0
+
+
+def _eager(params) -> str:
+    """The eager limit and the rendezvous beyond it, in words."""
+    if math.isinf(params.eager):
+        return "none"
+    return (f"{int(params.eager)} B (then a rendezvous: "
+            f"+{params.rendezvous * 1e6:.3g} us a message)")
 
 
 def tune(args) -> int:
@@ -158,6 +167,7 @@ def tune(args) -> int:
               f"({1e-9 / params.beta if params.beta else float('inf'):.3g} GB/s)  "
               f"delta {params.delta * 1e6:.3g} us per step  "
               f"(per call {measured['per_call_overhead'] * 1e6:.3g} us)")
+        print(f"eager limit {_eager(params)}")
         print("gamma (ns/B): " + ", ".join(f"{k} {v * 1e9:.3g}"
                                            for k, v in params.gamma.items()))
         print(f"# wrote {path}")

@@ -23,7 +23,14 @@ The model is a discrete-event timeline over the steps of all ranks:
 
 The time of the schedule is when its last rank ends. :func:`predict` also
 splits that time along the critical path into its alpha, beta, gamma and
-delta terms. For the classic algorithms this gives the Thakur-Rabenseifner-
+delta terms.
+
+MPI libraries send a message up to an *eager* limit at once and a larger one
+after a rendezvous (a handshake with the receiver): ``Params.eager`` bytes and
+``Params.rendezvous`` seconds. The messages of the critical path pay the
+rendezvous each when they average more than the limit (exact for algorithms
+whose messages are all of one size; for halving ones an approximation),
+on top of the timeline and the formulas below. For the classic algorithms this gives the Thakur-Rabenseifner-
 Gropp formulas (M bytes, N ranks, a power of two, M divisible by N), plus
 ``delta`` per step on the critical path:
 
@@ -62,6 +69,7 @@ an estimate of an irregular pipeline (see ``_double_binary_tree``).
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from typing import NamedTuple
 
@@ -77,12 +85,15 @@ from .schedule import SEGMENT, Schedule, Send, build, pieces
 
 class Params(NamedTuple):
     """Machine parameters, in seconds: per message, per byte sent, per byte folded (by dtype
-    name), per step posted."""
+    name), per step posted; the largest message sent eagerly (bytes) and what a larger
+    one's rendezvous adds."""
 
     alpha: float
     beta: float
     gamma: dict
     delta: float = 0.0
+    eager: float = math.inf
+    rendezvous: float = 0.0
 
     def gamma_of(self, dtype) -> float:
         """Seconds per byte folded for ``dtype``; for a dtype not measured, the slowest one's."""
@@ -108,12 +119,15 @@ class Prediction(NamedTuple):
     gamma: float
     delta: float
     terms: Terms
+    rendezvous: float = 0.0
 
     @classmethod
     def of(cls, terms: Terms, params: Params, gamma: float) -> Prediction:
         parts = (terms.messages * params.alpha, terms.bytes * params.beta,
                  terms.folded * gamma, terms.steps * params.delta)
-        return cls(sum(parts), *parts, terms)
+        late = terms.bytes > params.eager * terms.messages      # (no messages: never)
+        rendezvous = terms.messages * params.rendezvous if late else 0.0
+        return cls(sum(parts) + rendezvous, *parts, terms, rendezvous)
 
 
 def _log2(n: int) -> int:

@@ -42,9 +42,11 @@ FORMAT = "pyar-tuning/1"
 # 2-core development VM on 2026-11-30 13:25 UTC, load average 2 (other sessions' jobs
 # winding down): lower quartiles of many timed calls. delta re-measured at 14:57 on the
 # executor's general path, after small messages moved to persistent requests (whose
-# steps cost about alpha alone): 1.2 us (it was 1.5). Run `pyar tune` on your own machine.
+# steps cost about alpha alone): 1.2 us (it was 1.5). The eager limit and the rendezvous
+# beyond it at 15:15, three runs: 8,078 B each time, 1.96 - 2.29 us (median 2.17).
+# Run `pyar tune` on your own machine.
 DEFAULTS = cost.Params(
-    alpha=3.05e-6, beta=9.40e-11, delta=1.20e-6,
+    alpha=3.05e-6, beta=9.40e-11, delta=1.20e-6, eager=8078, rendezvous=2.17e-6,
     gamma={"int8": 7.85e-11, "int16": 7.67e-11, "int32": 7.72e-11, "int64": 7.76e-11,
            "uint8": 7.74e-11, "uint16": 7.65e-11, "uint32": 7.72e-11, "uint64": 6.91e-11,
            "float16": 2.66e-10, "bfloat16": 1.26e-10, "float32": 9.13e-11, "float64": 9.11e-11})
@@ -221,17 +223,21 @@ def load(path) -> cost.Params:
     except (OSError, ValueError) as e:
         raise ValueError(f"tuning file {path}: cannot read it as JSON ({e})") from None
     expected = (f"a JSON object with \"format\": {FORMAT!r}, numbers alpha, beta, delta >= 0 "
-                f"(seconds) and gamma, an object of dtype name -> seconds per byte")
+                f"(seconds), gamma, an object of dtype name -> seconds per byte, and "
+                f"optionally eager (bytes > 0, or null: no limit) and rendezvous >= 0 (seconds)")
     try:
         if data["format"] != FORMAT or not data["gamma"]:
             raise ValueError
         gamma = {np.dtype(k).name: float(v) for k, v in data["gamma"].items()}
+        eager = data.get("eager")
         params = cost.Params(float(data["alpha"]), float(data["beta"]), gamma,
-                             float(data["delta"]))
+                             float(data["delta"]), math.inf if eager is None else float(eager),
+                             float(data.get("rendezvous", 0.0)))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise ValueError(f"tuning file {path}: expected {expected}") from None
     if not all(math.isfinite(v) and v >= 0 for v in
-               (params.alpha, params.beta, params.delta, *gamma.values())):
+               (params.alpha, params.beta, params.delta, params.rendezvous,
+                *gamma.values())) or not params.eager > 0:
         raise ValueError(f"tuning file {path}: expected {expected}")
     return params
 
@@ -241,7 +247,9 @@ def save(path, params: cost.Params, measured: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"format": FORMAT, "alpha": params.alpha, "beta": params.beta,
-            "delta": params.delta, "gamma": params.gamma, "measured": measured}
+            "delta": params.delta, "gamma": params.gamma,
+            "eager": params.eager if math.isfinite(params.eager) else None,
+            "rendezvous": params.rendezvous, "measured": measured}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)

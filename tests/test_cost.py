@@ -54,6 +54,7 @@ def test_power_of_two_sizes_follow_the_textbook(name, n):
                                    + want.folded * PARAMS.gamma["float32"]
                                    + want.steps * PARAMS.delta, rel=1e-12)
     assert p.time == pytest.approx(p.alpha + p.beta + p.gamma + p.delta, rel=1e-12)
+    assert p.rendezvous == 0
 
 
 @pytest.mark.parametrize("name", ["recursive_doubling", "rabenseifner"])
@@ -251,6 +252,22 @@ def test_ports_serve_messages_in_the_order_they_become_ready():
     p = cost.predict(s, PARAMS)
     assert p.time == pytest.approx(PARAMS.delta + 3 * (PARAMS.alpha + 4 * PARAMS.beta))
     assert p.terms.messages == 3
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_messages_past_the_eager_limit_pay_a_rendezvous_each(name):
+    """The critical path's messages pay ``rendezvous`` each when they average more than
+    ``eager`` bytes: in the schedule's prediction and in the closed form alike."""
+    n, count = 8, 3 * 8 * 64                 # float32: M = 6 KiB
+    plain = predicted(name, n, count)
+    per_message = plain.terms.bytes / plain.terms.messages
+    for eager, pays in ((per_message - 1, True), (per_message, False), (1e12, False)):
+        params = PARAMS._replace(eager=eager, rendezvous=1e-3)
+        for p in (cost.predict(pyar.schedule(name, n, count), params),
+                  cost.estimate("allreduce", name, n, count, "float32", params)[0]):
+            want = plain.terms.messages * 1e-3 if pays else 0.0
+            assert p.rendezvous == pytest.approx(want) and \
+                p.time == pytest.approx(plain.time + want), (name, eager)
 
 
 def test_a_message_waits_for_its_receiver_to_post():

@@ -1,15 +1,17 @@
 """The auto tuner, the tuning file, ``pyar model`` and ``pyar tune``."""
 
 import json
+import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from launch import explain, run
 
 import pyar
-from pyar import cost, tuner
+from pyar import calibrate, cost, tuner
 from pyar.algorithms import COLLECTIVES, _registry
 from pyar.schedule import Chunk, Recv, Send, Step
 from pyar.topology import Topology
@@ -17,9 +19,9 @@ from pyar.topology import Topology
 CLASSIC = ["binomial", "naive", "rabenseifner", "recursive_doubling", "ring"]
 
 
-def write_tuning(path, alpha, beta, gamma, delta=0.0):
+def write_tuning(path, alpha, beta, gamma, delta=0.0, **eager):
     path.write_text(json.dumps({"format": tuner.FORMAT, "alpha": alpha, "beta": beta,
-                                "delta": delta, "gamma": gamma}))
+                                "delta": delta, "gamma": gamma, **eager}))
     return path
 
 
@@ -112,7 +114,13 @@ def test_the_default_path_follows_xdg(tmp_path, monkeypatch):
                                   '{"format": "pyar-tuning/1", "alpha": -1, "beta": 1, '
                                   '"delta": 0, "gamma": {"float32": 1}}',
                                   '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
-                                  '"delta": 0, "gamma": {}}'])
+                                  '"delta": 0, "gamma": {}}',
+                                  '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
+                                  '"delta": 0, "gamma": {"float32": 1}, "eager": 0}',
+                                  '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
+                                  '"delta": 0, "gamma": {"float32": 1}, "eager": "8K"}',
+                                  '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
+                                  '"delta": 0, "gamma": {"float32": 1}, "rendezvous": -1}'])
 def test_a_malformed_tuning_file_says_what_was_expected(tmp_path, text):
     path = tmp_path / "bad.json"
     path.write_text(text)
@@ -124,6 +132,52 @@ def test_save_then_load_round_trips(tmp_path):
     params = cost.Params(1e-6, 2e-10, {"float32": 3e-11, "int8": 4e-11}, 5e-7)
     tuner.save(tmp_path / "sub" / "t.json", params, {"ranks": 2})
     assert tuner.load(tmp_path / "sub" / "t.json") == params
+    assert json.loads((tmp_path / "sub" / "t.json").read_text())["eager"] is None  # no limit
+    limited = params._replace(eager=8000.0, rendezvous=2e-6)
+    tuner.save(tmp_path / "t.json", limited, {"ranks": 2})
+    assert tuner.load(tmp_path / "t.json") == limited
+
+
+def test_a_tuning_file_without_an_eager_limit_has_none(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text('{"format": "pyar-tuning/1", "alpha": 1e-6, "beta": 1e-9, "delta": 0, '
+                    '"gamma": {"float32": 1e-10}}')
+    params = tuner.load(path)
+    assert params.eager == math.inf and params.rendezvous == 0
+
+
+def staircase(limit, extra, shift=0.0):
+    """Exchange times of a library with an eager limit: alpha + size*beta, plus ``extra`` past
+    ``limit`` bytes, plus ``shift`` everywhere (as an alpha measured too low would show)."""
+    return lambda n: 3e-6 + n * 1e-10 + shift + (extra if n > limit else 0.0)
+
+
+@pytest.mark.parametrize("limit", [3000, 8064, 65000])
+@pytest.mark.parametrize("shift", [0.0, 1.2e-6, -0.5e-6])
+def test_find_eager_finds_the_limit_to_64_bytes_and_the_rendezvous(limit, shift):
+    eager, rendezvous = calibrate.find_eager(staircase(limit, 3e-6, shift), 3e-6, 1e-10)
+    assert limit - 64 <= eager <= limit and rendezvous == pytest.approx(3e-6)
+
+
+def test_find_eager_needs_a_step_that_lasts():
+    assert calibrate.find_eager(staircase(10 ** 9, 3e-6), 3e-6, 1e-10) == (math.inf, 0.0)
+    spike = staircase(10 ** 9, 0.0)
+    one_size_slow = lambda n: spike(n) + (5e-6 if n == calibrate.EAGER_SIZES[5] else 0.0)
+    assert calibrate.find_eager(one_size_slow, 3e-6, 1e-10) == (math.inf, 0.0)
+    small = staircase(8064, 1e-6)            # a step of less than alpha/2: not a rendezvous
+    assert calibrate.find_eager(small, 3e-6, 1e-10) == (math.inf, 0.0)
+
+
+def test_the_rendezvous_changes_the_choice(tuning):
+    """2 ranks, 128 KiB: above the eager limit one exchange of everything (recursive doubling)
+    beats the double binary tree's two messages of half, each paying a rendezvous."""
+    machine = dict(alpha=3e-6, beta=1e-10, gamma={"float32": 1e-10}, delta=1e-6)
+    tuning("no limit", **machine)
+    assert pyar.tuner.select("allreduce", "auto", 2, 32768, 131072, np.float32) != \
+        "recursive_doubling"
+    tuning("limit", **machine, eager=8000, rendezvous=4e-6)
+    assert pyar.tuner.select("allreduce", "auto", 2, 32768, 131072, np.float32) == \
+        "recursive_doubling"
 
 
 def swap(rank, size, count, topology=None):
@@ -217,6 +271,7 @@ def test_pyar_tune_writes_a_well_formed_file(tmp_path):
     assert f"# wrote {path}" in proc.stdout
     params = tuner.load(path)
     assert params.alpha > 0 and params.beta > 0 and params.delta >= 0
+    assert params.eager > 0 and params.rendezvous >= 0
     assert set(params.gamma) == {d.name for d in pyar.ops.DTYPES}
     assert all(g > 0 for g in params.gamma.values())
     measured = json.loads(path.read_text())["measured"]

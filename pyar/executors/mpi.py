@@ -331,28 +331,18 @@ class Plan:
         out-of-place variant takes x as ``source`` (like data, not overlapping it) and
         leaves x's contents there untouched."""
         dtype = data.dtype
-        if self.source:
-            bufs = (data, *self.buffers(dtype), source)
-            fold = self._fold(dtype, reduction)
-            for step in self.steps:
-                step.run(bufs, comm, tag, fold)
-            return
         resident = self.resident(comm, dtype, reduction)
         if resident is not None:
             resident.data[...] = data
             resident.run()
             data[...] = resident.data
             return
-        bufs = (data, *self.buffers(dtype))
-        fold = self._fold(dtype, reduction)
-        for step in self.steps:
-            step.run(bufs, comm, tag, fold)
-
-    def _fold(self, dtype, reduction):
+        bufs = (data, *self.buffers(dtype), source)
         fold = self._folds.get((dtype, reduction))
         if fold is None and reduction is not None:
             fold = self._folds[dtype, reduction] = folder(dtype, reduction)
-        return fold
+        for step in self.steps:
+            step.run(bufs, comm, tag, fold)
 
 
 class Resident:

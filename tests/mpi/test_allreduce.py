@@ -177,6 +177,14 @@ def test_large_out_of_place_reads_x_itself(comm, algorithm):
                     check_against_mpi(comm, result, original, op, what)
             except AssertionError as e:
                 failures.append(str(e))
+    frozen = sample(comm.rank, count, np.float32, "sum", seed=9)
+    frozen.flags.writeable = False          # only read, as x
+    try:
+        for _ in range(2):
+            check_against_mpi(comm, pyar.allreduce(frozen, algorithm=algorithm), frozen, "sum",
+                              f"{algorithm} read-only x")
+    except AssertionError as e:
+        failures.append(str(e))
     agree(comm, not failures, "; ".join(failures[:2]))
 
 

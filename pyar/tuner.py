@@ -68,21 +68,20 @@ def _parse_override(text: str) -> dict:
     return table
 
 
-def _env_reader(name: str):
-    """A fast ``os.environ.get(name)`` for the hot path.
+# CPython keeps the environment in ``os.environ._data`` (keys encoded): the hot path reads
+# it there, since ``os.environ.get`` of a variable that is not set raises and catches a
+# KeyError inside, which costs a microsecond or more (as much as a small MPI exchange).
+_DATA, _ENCODE, _DECODE = (getattr(os.environ, a, None)
+                           for a in ("_data", "encodekey", "decodevalue"))
+_FAST = isinstance(_DATA, dict) and _ENCODE is not None and _DECODE is not None
 
-    ``os.environ.get`` of a variable that is not set raises and catches a
-    KeyError inside, which costs a microsecond or more: as much as a small
-    MPI exchange. CPython keeps the environment in ``os.environ._data`` (keys
-    encoded); read that when it is there.
-    """
-    data = getattr(os.environ, "_data", None)
-    encode, decode = getattr(os.environ, "encodekey", None), getattr(os.environ, "decodevalue",
-                                                                      None)
-    if not isinstance(data, dict) or encode is None or decode is None:
+
+def _env_reader(name: str):
+    """A fast ``os.environ.get(name)`` for the hot path."""
+    if not _FAST:
         return lambda: os.environ.get(name)
-    key = encode(name)
-    return lambda: None if (value := data.get(key)) is None else decode(value)
+    get, key, decode = _DATA.get, _ENCODE(name), _DECODE
+    return lambda: None if (value := get(key)) is None else decode(value)
 
 
 _pyar_algo = _env_reader("PYAR_ALGO")
@@ -92,10 +91,9 @@ _tuning_file = _env_reader("PYAR_TUNING_FILE")
 def _overrides_reader():
     """``overrides()``: a token that changes whenever PYAR_ALGO or PYAR_TUNING_FILE does (their
     raw values), for caches of :func:`select`'s answers; cheaper than reading both."""
-    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
-    if not isinstance(data, dict) or encode is None:
+    if not _FAST:
         return lambda: (_pyar_algo(), _tuning_file())
-    get, algo, tuning = data.get, encode("PYAR_ALGO"), encode("PYAR_TUNING_FILE")
+    get, algo, tuning = _DATA.get, _ENCODE("PYAR_ALGO"), _ENCODE("PYAR_TUNING_FILE")
     return lambda: (get(algo), get(tuning))
 
 

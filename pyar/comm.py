@@ -15,6 +15,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
+from .executors import shm
 from .executors.mpi import RESIDENT_TAG
 from .topology import Topology
 
@@ -93,6 +94,7 @@ class Comm:
             plan.free()
         self.plans.clear()
         if self.mpi != MPI.COMM_NULL:
+            shm.release(self.mpi)
             self.mpi.Free()
 
     def agree(self, ok: bool, call: str) -> tuple[bool, bool]:

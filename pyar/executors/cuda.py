@@ -30,6 +30,8 @@ import sys
 import weakref
 from typing import NamedTuple
 
+import numpy as np
+
 from ..kernels import reduce_into
 
 ENV = "PYAR_CUDA_AWARE"
@@ -114,8 +116,17 @@ _DEVICE_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def run(plan, comm, tag: int, data, reduction) -> None:
     """Run ``plan`` (a :class:`pyar.executors.mpi.Plan`) on ``data``, a 1-D contiguous cupy array
-    of ``schedule.count`` elements, with device scratch and landing buffers."""
+    of ``schedule.count`` elements, with device scratch and landing buffers; a plan small
+    enough for a :class:`~pyar.executors.mpi.Resident` runs on one in host memory, as
+    a host rank runs it (its messages may go through shared memory, which MPI does not
+    see)."""
     cupy = sys.modules["cupy"]
+    resident = plan.resident(comm, np.dtype(data.dtype), reduction)
+    if resident is not None:
+        cupy.asnumpy(data, out=resident.data)       # waits for the stream
+        resident.run()
+        data.set(resident.data)
+        return
     per_dtype = _DEVICE_BUFFERS.setdefault(plan, {})
     found = per_dtype.get(data.dtype)
     if found is None:
@@ -127,7 +138,6 @@ def run(plan, comm, tag: int, data, reduction) -> None:
     def fold(dst, src):            # the device kernels, on cupy's current stream
         reduce_into(dst, src, reduction)
 
-    tag = plan.tag(data.dtype, tag)     # a host rank runs the same plan with this tag
     for step in plan.steps:
         step.run(bufs, comm, tag, fold)
         stream.synchronize()

@@ -188,16 +188,47 @@ def test_large_out_of_place_reads_x_itself(comm, algorithm):
     agree(comm, not failures, "; ".join(failures[:2]))
 
 
-def test_freeing_a_communicator_frees_its_persistent_requests(comm):
+def test_freeing_a_communicator_frees_its_persistent_requests_and_mailboxes(comm):
+    from pyar.executors import shm
+
     sub = comm.Dup()
     x = np.ones(6)
     for _ in range(3):
         pyar.allreduce(x, x, comm=sub)
     plans = list(pyar.Comm.of(sub).plans.values())
     residents = [r for p in plans for r in [*p._residents.values(), *p._bound]]
+    key = id(pyar.Comm.of(sub).mpi)
+    had_pool = key in shm._POOLS
     sub.Free()          # the Comm goes with it, and frees what its plans hold
-    agree(comm, len(residents) == 2 and all(r.steps == [] for r in residents),
-          f"{len(residents)} residents, steps left: {[len(r.steps) for r in residents]}")
+    agree(comm, len(residents) == 2 and all(r.steps == [] for r in residents) and had_pool
+          and key not in shm._POOLS,
+          f"{len(residents)} residents, steps left: {[len(r.steps) for r in residents]}, "
+          f"pool made {had_pool}, left {key in shm._POOLS}")
+
+
+def test_a_rank_left_waiting_on_a_mailbox_times_out(comm, monkeypatch):
+    """Ranks 0 and 1 set up their mailboxes with a first call; then rank 0 calls alone and
+    gets pyar.TimeoutError after shm.WAIT_SECONDS instead of waiting for ever."""
+    from pyar.executors import shm
+
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    pair = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)
+    ok, what = True, ""
+    if pair != MPI.COMM_NULL:
+        x = np.ones(4)
+        pyar.allreduce(x, algorithm="recursive_doubling", comm=pair)
+        plan = next(iter(pyar.Comm.of(pair).plans.values()))
+        boxes = any(channels and channels.out for channels in plan._channels.values())
+        if boxes and pair.rank == 0:        # (none with PYAR_SHM_BYTES=0)
+            monkeypatch.setattr(shm, "WAIT_SECONDS", 0.5)
+            error = outcome(lambda: pyar.allreduce(x, algorithm="recursive_doubling",
+                                                   comm=pair))
+            ok = isinstance(error, pyar.TimeoutError) and "mailbox shared with rank 1" in \
+                str(error)
+            what = repr(error)
+        pair.Free()
+    agree(comm, ok, f"got {what}")
 
 
 def test_sub_communicators_and_pyar_comm(comm):

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from mpi4py import MPI
 
 import pyar
+from pyar.algorithms import builder
 from pyar.collectives import REDUCING
 from pyar.executors.mpi import library_op
 from pyar.ops import DTYPES, HALF, Op, is_float
@@ -121,6 +122,33 @@ def test_every_op_dtype_count_and_root(comm, collective, algorithm):
                                dtype, op, seed=count).reshape(shaped(collective, comm.size, count))
                     check(comm, collective, algorithm, x, op, root,
                           f"{collective} {algorithm} {op} {dtype} count={count} root={root}")
+
+
+BACK_TO_BACK = [("allreduce", a) for a in pyar.algorithms() if a == "mpi" or
+                builder(a, "allreduce").__module__.startswith("pyar.")] + \
+    [(c, a) for c, a in CASES if c in ("reduce", "bcast")]
+
+
+@pytest.mark.parametrize("collective,algorithm", BACK_TO_BACK)
+def test_calls_back_to_back_each_get_their_own_data(comm, collective, algorithm):
+    """40 small calls in a row with nothing else between them, checked afterwards: a rank that
+    only sends (a leaf of reduce, the root of bcast) runs calls ahead of its peers, and
+    must not overwrite a message (in a mailbox, or on the wire) before it is read."""
+    root = comm.size - 1
+    xs = [sample(comm.rank, 17, np.float64, Op.SUM, seed=i) for i in range(40)]
+    results = [call(collective, x.copy(), None, Op.SUM, algorithm, root) for x in xs]
+    wrong = []
+    for i, (x, result) in enumerate(zip(xs, results)):
+        if collective == "allreduce":
+            expected, scale = np.empty_like(x), np.empty_like(x)
+            comm.Allreduce(x, expected, MPI.SUM)
+            comm.Allreduce(np.abs(x), scale, MPI.SUM)
+        else:
+            expected, scale = oracle(comm, collective, x, Op.SUM, root)
+        bad = verdict(collective, result, expected, scale, Op.SUM, comm.size, x.dtype)
+        if bad:
+            wrong.append(f"call {i}: {bad}")
+    agree(comm, not wrong, f"{collective} {algorithm}: {wrong[:3]}")
 
 
 LAYOUTS = ["new", "in_place", "out", "strided_new", "strided_in_place", "strided_out"]

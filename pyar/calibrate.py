@@ -4,22 +4,26 @@ Run under mpiexec with 2 or more ranks; ranks 0 and 1 measure, so the file
 describes the link between them (place them as the ranks of your jobs are
 placed). What is measured, each the lower quartile of many timed calls:
 
-- ``alpha``, ``beta``: an exchange (``MPI_Sendrecv`` both ways, what the
-  executor posts for a paired step) of 8 bytes gives alpha; the slope between
-  two large exchanges gives beta.
-- ``eager``, ``rendezvous``: exchanges from 1 KiB to 256 KiB, sizes a factor
-  of sqrt(2) apart: the first that, with the next, takes ``alpha/2`` longer
-  than ``alpha + size*beta`` predicts (beyond what the smallest sizes do) has
-  passed the library's eager limit; the limit is then bisected to 64 bytes,
-  and ``rendezvous`` is the median excess of the sizes up to 8 times it
-  (:func:`find_eager`). No such step: no limit.
-- ``gamma`` per dtype: :func:`pyar.kernels.reduce_into` (sum) on a large array.
-- ``delta``: pyar's own overhead per step, over a bare Sendrecv: the slope of
-  the time of a pyar schedule of k one-element exchanges against k, less alpha,
-  on the executor's general path (a buffer above RESIDENT_BYTES; a small
-  plan's steps, persistent requests, cost about alpha alone).
-  The intercept (pyar's overhead per call, the same for every algorithm) is
+- ``alpha``: the time a step of a small plan takes, as pyar runs it (on a
+  :class:`~pyar.executors.mpi.Resident`: mailboxes in shared memory between
+  ranks of a node, else persistent requests): the slope of the time of a
+  pyar schedule of k one-element exchanges against k; ``resident`` is
+  RESIDENT_BYTES, the largest buffer run that way.
+- ``delta``: what a step adds on the executor's general path: the same
+  slope in a buffer above RESIDENT_BYTES, less alpha. The intercept of the
+  small plan (pyar's overhead per call, the same for every algorithm) is
   reported, not used.
+- ``beta``: the slope between two large MPI exchanges (both ways, on
+  persistent requests).
+- ``eager``, ``rendezvous``: MPI exchanges from 1 KiB to 256 KiB, sizes a
+  factor of sqrt(2) apart: the first that, with the next, takes ``a/2``
+  longer than ``a + size*beta`` predicts (``a``: an exchange of 8 bytes;
+  beyond what the smallest sizes do) has passed the library's eager limit;
+  the limit is then bisected to 64 bytes, and ``rendezvous`` is the median
+  excess of the sizes up to 8 times it (:func:`find_eager`). No such step:
+  no limit. (A small plan's messages within a node go through shared
+  memory, where there is no such limit.)
+- ``gamma`` per dtype: :func:`pyar.kernels.reduce_into` (sum) on a large array.
 
 Every wait between phases is bounded (:data:`PHASE_SECONDS`); within a
 phase the ranks run a known number of blocking exchanges, and under
@@ -79,33 +83,46 @@ def _typical(run, iters: int) -> float:
 
 
 def _exchange_time(pair, nbytes: int, iters: int) -> float:
+    """Seconds per exchange of ``nbytes`` each way, posted as a resident step posts it."""
     peer = 1 - pair.Get_rank()
     out, into = np.zeros(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    recv = pair.Recv_init([into, MPI.BYTE], peer, 0)
+    send = pair.Send_init([out, MPI.BYTE], peer, 0)
+
+    def exchange():
+        recv.Start()
+        send.Start()
+        recv.Wait()
+        send.Wait()
+
     _barrier(pair)
-    return _typical(lambda: pair.Sendrecv([out, MPI.BYTE], peer, 0, [into, MPI.BYTE], peer, 0),
-                    iters)
+    try:
+        return _typical(exchange, iters)
+    finally:
+        recv.Free()
+        send.Free()
 
 
 _PAD = RESIDENT_BYTES // 8 + 1  # float64 elements: a buffer this big runs on the general path
 
 
 def _steps(rank, size, count, topology=None):
-    """``count - _PAD`` steps, each a one-element exchange with the partner rank (2 ranks only),
-    in a buffer big enough for the executor's general path (small plans run on persistent
-    requests, where a step costs about what a bare exchange does: large plans' steps are
-    the ones whose overhead the model must know)."""
+    """One-element exchanges with the partner rank (2 ranks only): ``count - _PAD`` of them in
+    a buffer of ``count >= _PAD`` float64 elements (the executor's general path), else
+    ``count - 2`` (a small plan, on a Resident)."""
     peer = 1 - rank
     return [Step([Send(peer, Chunk("data", 0, 1)), Recv(peer, Chunk("data", 1, 2))])
-            for _ in range(count - _PAD)]
+            for _ in range(count - _PAD if count >= _PAD else count - 2)]
 
 
-def _step_times(pair, iters: int) -> tuple[float, float]:
-    """(seconds per step, seconds per call besides its steps) of pyar's MPI executor."""
+def _step_times(pair, iters: int, general: bool) -> tuple[float, float]:
+    """(seconds per step, seconds per call besides its steps) of pyar's MPI executor, on its
+    general path or on a Resident."""
     register_algorithm(_NAME)(_steps)       # registered only in a process that tunes
     comm = Comm(pair)
     times = []
     for k in STEPS:
-        x = np.zeros(_PAD + k, np.float64)
+        x = np.zeros((_PAD if general else 2) + k, np.float64)
         api.allreduce(x, x, algorithm=_NAME, comm=comm)        # compile the plan first
         _barrier(pair)
         times.append(_typical(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm), iters))
@@ -175,13 +192,14 @@ def run(quick: bool = False, comm=None):
     pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
     result = None
     if pair != MPI.COMM_NULL:
-        alpha = _exchange_time(pair, 8, iters * 10)
+        latency = _exchange_time(pair, 8, iters * 10)
         t_small = _exchange_time(pair, small, iters)
         t_large = _exchange_time(pair, large, iters)
         beta = max(0.0, (t_large - t_small) / (large - small))
         eager, rendezvous = find_eager(
-            lambda n: pair.bcast(_exchange_time(pair, n, iters), root=0), alpha, beta)
-        per_step, per_call = _step_times(pair, iters)
+            lambda n: pair.bcast(_exchange_time(pair, n, iters), root=0), latency, beta)
+        alpha, per_call = _step_times(pair, iters, general=False)
+        per_step, _ = _step_times(pair, iters, general=True)
         host = platform.node()
         crc = zlib.crc32(host.encode())
         crcs = np.array([crc, -crc], np.int64)
@@ -189,10 +207,11 @@ def run(quick: bool = False, comm=None):
         if rank == 0:
             gamma = _gamma(large, iters)
             params = cost.Params(alpha, beta, gamma, max(0.0, per_step - alpha), eager,
-                                 rendezvous)
+                                 rendezvous, RESIDENT_BYTES)
             measured = {"ranks": size, "host": host, "same_host": int(crcs[0]) == -int(crcs[1]),
                         "mpi": MPI.Get_library_version().strip().splitlines()[0],
-                        "per_call_overhead": max(0.0, per_call), "quick": quick,
+                        "per_call_overhead": max(0.0, per_call), "mpi_latency": latency,
+                        "quick": quick,
                         "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
             result = params, measured
         _barrier(pair)

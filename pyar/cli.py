@@ -130,7 +130,7 @@ def model(args) -> int:
     print(f"# parameters: {tuner.source()}")
     print(f"# alpha {params.alpha * us:.3g} us, beta {params.beta * 1e9:.3g} ns/B, "
           f"gamma({dtype}) {params.gamma_of(dtype) * 1e9:.3g} ns/B, "
-          f"delta {params.delta * us:.3g} us, eager limit {_eager(params)}")
+          f"delta {_delta(params)}, eager limit {_eager(params)}")
     print(f"# {'algorithm':<20}{'time(us)':>12}{'alpha':>11}{'beta':>11}{'gamma':>11}"
           f"{'delta':>11}{'rndv':>11}{'messages':>10}{'steps':>7}  from")
     for name, (p, where) in rows.items():
@@ -141,6 +141,12 @@ def model(args) -> int:
         best = min(sorted(rows), key=lambda n: rows[n][0].time) if rows else "none"
         print(f"# auto picks: {best}")
     return 0
+
+
+def _delta(params) -> str:
+    """The overhead per step, and the buffers that do not pay it, in words."""
+    free = f" (none up to a {int(params.resident)} B buffer)" if params.resident else ""
+    return f"{params.delta * 1e6:.3g} us per step{free}"
 
 
 def _eager(params) -> str:
@@ -165,7 +171,7 @@ def tune(args) -> int:
               f"{'same host' if measured['same_host'] else 'two hosts'}, {measured['mpi']}")
         print(f"alpha {params.alpha * 1e6:.3g} us  beta {params.beta * 1e9:.3g} ns/B "
               f"({1e-9 / params.beta if params.beta else float('inf'):.3g} GB/s)  "
-              f"delta {params.delta * 1e6:.3g} us per step  "
+              f"delta {_delta(params)}  "
               f"(per call {measured['per_call_overhead'] * 1e6:.3g} us)")
         print(f"eager limit {_eager(params)}")
         print("gamma (ns/B): " + ", ".join(f"{k} {v * 1e9:.3g}"

@@ -3,7 +3,10 @@
 Parameters (:class:`Params`): a message of ``b`` bytes takes ``alpha + b*beta``
 seconds on the wire; folding ``b`` received bytes into a chunk takes
 ``b*gamma`` more (gamma per dtype); a rank pays ``delta`` of software
-overhead each time it posts a step.
+overhead each time it posts a step, unless the schedule's buffer is at most
+``resident`` bytes (the MPI executor then runs it on a Resident, whose
+steps cost what a bare message does, and which passes messages within a
+node through shared memory: no rendezvous either, see below).
 
 The model is a discrete-event timeline over the steps of all ranks:
 
@@ -27,12 +30,13 @@ delta terms.
 
 MPI libraries send a message up to an *eager* limit at once and a larger one
 after a rendezvous (a handshake with the receiver): ``Params.eager`` bytes and
-``Params.rendezvous`` seconds. The messages of the critical path pay the
-rendezvous each when they average more than the limit (exact for algorithms
-whose messages are all of one size; for halving ones an approximation),
+``Params.rendezvous`` seconds. Above ``resident`` bytes of buffer, the
+messages of the critical path pay the rendezvous each when they average more
+than the limit (exact for algorithms whose messages are all of one size; for
+halving ones an approximation),
 on top of the timeline and the formulas below. For the classic algorithms this gives the Thakur-Rabenseifner-
 Gropp formulas (M bytes, N ranks, a power of two, M divisible by N), plus
-``delta`` per step on the critical path:
+``delta`` per step on the critical path (above ``resident`` bytes):
 
 ===================  ============================================================
 ring                 ``2(N-1) alpha + 2(N-1)/N M beta + (N-1)/N M gamma``
@@ -86,7 +90,7 @@ from .schedule import SEGMENT, Schedule, Send, build, pieces
 class Params(NamedTuple):
     """Machine parameters, in seconds: per message, per byte sent, per byte folded (by dtype
     name), per step posted; the largest message sent eagerly (bytes) and what a larger
-    one's rendezvous adds."""
+    one's rendezvous adds; the largest buffer (bytes) whose steps cost no ``delta``."""
 
     alpha: float
     beta: float
@@ -94,6 +98,7 @@ class Params(NamedTuple):
     delta: float = 0.0
     eager: float = math.inf
     rendezvous: float = 0.0
+    resident: float = 0.0
 
     def gamma_of(self, dtype) -> float:
         """Seconds per byte folded for ``dtype``; for a dtype not measured, the slowest one's."""
@@ -122,10 +127,12 @@ class Prediction(NamedTuple):
     rendezvous: float = 0.0
 
     @classmethod
-    def of(cls, terms: Terms, params: Params, gamma: float) -> Prediction:
+    def of(cls, terms: Terms, params: Params, gamma: float, nbytes: float) -> Prediction:
+        """The time of ``terms`` for a schedule whose buffer is ``nbytes``."""
+        resident = nbytes <= params.resident
         parts = (terms.messages * params.alpha, terms.bytes * params.beta,
-                 terms.folded * gamma, terms.steps * params.delta)
-        late = terms.bytes > params.eager * terms.messages      # (no messages: never)
+                 terms.folded * gamma, 0.0 if resident else terms.steps * params.delta)
+        late = not resident and terms.bytes > params.eager * terms.messages  # no messages: never
         rendezvous = terms.messages * params.rendezvous if late else 0.0
         return cls(sum(parts) + rendezvous, *parts, terms, rendezvous)
 
@@ -335,7 +342,8 @@ def estimate(collective: str, algorithm: str, size: int, count: int, dtype, para
     dtype = np.dtype(dtype)
     terms = None if exact else formula(collective, algorithm, size, count, dtype, topology)
     if terms is not None:
-        return Prediction.of(terms, params, params.gamma_of(dtype)), "formula"
+        return Prediction.of(terms, params, params.gamma_of(dtype), count * dtype.itemsize), \
+            "formula"
     schedule = build(collective, algorithm, size, count, builder(algorithm, collective),
                      topology)
     return predict(schedule, params, dtype), "schedule"
@@ -353,9 +361,11 @@ def predict(schedule: Schedule, params: Params, dtype="float32") -> Prediction:
     itemsize = np.dtype(dtype).itemsize
     gamma = params.gamma_of(dtype)
     steps = [schedule.steps(r) for r in range(schedule.size)]
-    finish = _timeline(steps, itemsize, params.alpha, params.beta, gamma, params.delta)
-    _, messages, nbytes, folded, nsteps = max(finish, default=_ZERO)
-    return Prediction.of(Terms(messages, nbytes, folded, nsteps), params, gamma)
+    nbytes = schedule.count * itemsize
+    delta = 0.0 if nbytes <= params.resident else params.delta
+    finish = _timeline(steps, itemsize, params.alpha, params.beta, gamma, delta)
+    _, messages, sent, folded, nsteps = max(finish, default=_ZERO)
+    return Prediction.of(Terms(messages, sent, folded, nsteps), params, gamma, nbytes)
 
 
 def _timeline(steps, itemsize, alpha, beta, gamma, delta):

@@ -38,18 +38,19 @@ from .errors import ScheduleError
 
 FORMAT = "pyar-tuning/1"
 
-# Measured by `pyar tune` (mpiexec -n 2, MPICH 5.0.2 wheel, shared memory) on the
-# 2-core development VM on 2026-11-30 13:25 UTC, load average 2 (other sessions' jobs
-# winding down): lower quartiles of many timed calls. delta re-measured at 14:57 on the
-# executor's general path, after small messages moved to persistent requests (whose
-# steps cost about alpha alone): 1.2 us (it was 1.5). The eager limit and the rendezvous
-# beyond it at 15:15, three runs: 8,078 B each time, 1.96 - 2.29 us (median 2.17).
-# Run `pyar tune` on your own machine.
+# Measured by `pyar tune` (mpiexec -n 2, MPICH 5.0.2 wheel, one node) on the 2-core
+# development VM on 2026-11-30 16:58 UTC, load average 2-3.5: medians of five runs, each
+# the lower quartiles of many timed calls. alpha is a step of a small plan (messages
+# through shared-memory mailboxes: 2.13 - 2.29 us); delta what a step of the general path
+# adds (bimodal over the day's 20 runs: 0.2 - 0.4 or 1.1 - 2.7 us; their median); the
+# eager limit of MPI's own messages 8,078 B in most runs (5,760 - 16,384), the rendezvous
+# beyond it 2.4 us (0.4 - 3.1). Run `pyar tune` on your own machine.
 DEFAULTS = cost.Params(
-    alpha=3.05e-6, beta=9.40e-11, delta=1.20e-6, eager=8078, rendezvous=2.17e-6,
-    gamma={"int8": 7.85e-11, "int16": 7.67e-11, "int32": 7.72e-11, "int64": 7.76e-11,
-           "uint8": 7.74e-11, "uint16": 7.65e-11, "uint32": 7.72e-11, "uint64": 6.91e-11,
-           "float16": 2.66e-10, "bfloat16": 1.26e-10, "float32": 9.13e-11, "float64": 9.11e-11})
+    alpha=2.26e-6, beta=8.54e-11, delta=1.65e-6, eager=8078, rendezvous=2.40e-6,
+    resident=65536,
+    gamma={"int8": 7.42e-11, "int16": 7.44e-11, "int32": 7.44e-11, "int64": 7.60e-11,
+           "uint8": 7.38e-11, "uint16": 7.45e-11, "uint32": 7.40e-11, "uint64": 7.56e-11,
+           "float16": 2.29e-10, "bfloat16": 9.73e-11, "float32": 7.47e-11, "float64": 7.62e-11})
 
 _FLOATS = {2: "float16", 4: "float32", 8: "float64"}     # itemsize -> dtype when none is given
 _MEMO_SIZE = 4096           # choices kept before the memo starts afresh
@@ -222,7 +223,8 @@ def load(path) -> cost.Params:
         raise ValueError(f"tuning file {path}: cannot read it as JSON ({e})") from None
     expected = (f"a JSON object with \"format\": {FORMAT!r}, numbers alpha, beta, delta >= 0 "
                 f"(seconds), gamma, an object of dtype name -> seconds per byte, and "
-                f"optionally eager (bytes > 0, or null: no limit) and rendezvous >= 0 (seconds)")
+                f"optionally eager (bytes > 0, or null: no limit), rendezvous >= 0 (seconds) "
+                f"and resident >= 0 (bytes)")
     try:
         if data["format"] != FORMAT or not data["gamma"]:
             raise ValueError
@@ -230,11 +232,11 @@ def load(path) -> cost.Params:
         eager = data.get("eager")
         params = cost.Params(float(data["alpha"]), float(data["beta"]), gamma,
                              float(data["delta"]), math.inf if eager is None else float(eager),
-                             float(data.get("rendezvous", 0.0)))
+                             float(data.get("rendezvous", 0.0)), float(data.get("resident", 0.0)))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise ValueError(f"tuning file {path}: expected {expected}") from None
     if not all(math.isfinite(v) and v >= 0 for v in
-               (params.alpha, params.beta, params.delta, params.rendezvous,
+               (params.alpha, params.beta, params.delta, params.rendezvous, params.resident,
                 *gamma.values())) or not params.eager > 0:
         raise ValueError(f"tuning file {path}: expected {expected}")
     return params
@@ -247,7 +249,7 @@ def save(path, params: cost.Params, measured: dict) -> None:
     data = {"format": FORMAT, "alpha": params.alpha, "beta": params.beta,
             "delta": params.delta, "gamma": params.gamma,
             "eager": params.eager if math.isfinite(params.eager) else None,
-            "rendezvous": params.rendezvous, "measured": measured}
+            "rendezvous": params.rendezvous, "resident": params.resident, "measured": measured}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)

@@ -180,7 +180,8 @@ def test_double_binary_tree_estimate_is_within_a_half_of_the_model(n, segments):
     for params in (PARAMS, SLOW_LINK):
         exact = cost.predict(s, params)
         assert closed.steps == exact.terms.steps
-        ratio = cost.Prediction.of(closed, params, params.gamma_of("float32")).time / exact.time
+        ratio = cost.Prediction.of(closed, params, params.gamma_of("float32"),
+                                   4 * count).time / exact.time
         assert 0.9 <= ratio <= 1.55, (n, segments, ratio)
 
 
@@ -238,6 +239,7 @@ class Listed:
     def __init__(self, *ranks):
         self.size = len(ranks)
         self._steps = [[Step(ops) for ops in steps] for steps in ranks]
+        self.count = max(op[1].hi for steps in ranks for ops in steps for op in ops)
 
     def steps(self, rank):
         return self._steps[rank]
@@ -268,6 +270,25 @@ def test_messages_past_the_eager_limit_pay_a_rendezvous_each(name):
             want = plain.terms.messages * 1e-3 if pays else 0.0
             assert p.rendezvous == pytest.approx(want) and \
                 p.time == pytest.approx(plain.time + want), (name, eager)
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_steps_of_a_resident_buffer_cost_no_delta_and_no_rendezvous(name):
+    """Up to ``resident`` bytes of buffer the executor runs a Resident (mailboxes, persistent
+    requests): no ``delta`` and no rendezvous in the schedule's prediction or in the closed
+    form; one byte more, both."""
+    n, count = 8, 3 * 8 * 64                 # float32: M = 6 KiB
+    plain = predicted(name, n, count)
+    eager = plain.terms.bytes / plain.terms.messages - 1
+    for resident, pays in ((4 * count, False), (4 * count - 1, True), (0, True)):
+        params = PARAMS._replace(resident=resident, eager=eager, rendezvous=1e-3)
+        for p in (cost.predict(pyar.schedule(name, n, count), params),
+                  cost.estimate("allreduce", name, n, count, "float32", params)[0]):
+            delta = plain.terms.steps * PARAMS.delta if pays else 0.0
+            rendezvous = plain.terms.messages * 1e-3 if pays else 0.0
+            assert (p.delta, p.rendezvous) == pytest.approx((delta, rendezvous)) and \
+                p.terms == plain.terms and p.time == pytest.approx(
+                    plain.time - plain.delta + delta + rendezvous), (name, resident)
 
 
 def test_a_message_waits_for_its_receiver_to_post():

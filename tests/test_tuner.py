@@ -120,7 +120,9 @@ def test_the_default_path_follows_xdg(tmp_path, monkeypatch):
                                   '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
                                   '"delta": 0, "gamma": {"float32": 1}, "eager": "8K"}',
                                   '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
-                                  '"delta": 0, "gamma": {"float32": 1}, "rendezvous": -1}'])
+                                  '"delta": 0, "gamma": {"float32": 1}, "rendezvous": -1}',
+                                  '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
+                                  '"delta": 0, "gamma": {"float32": 1}, "resident": -1}'])
 def test_a_malformed_tuning_file_says_what_was_expected(tmp_path, text):
     path = tmp_path / "bad.json"
     path.write_text(text)
@@ -133,17 +135,18 @@ def test_save_then_load_round_trips(tmp_path):
     tuner.save(tmp_path / "sub" / "t.json", params, {"ranks": 2})
     assert tuner.load(tmp_path / "sub" / "t.json") == params
     assert json.loads((tmp_path / "sub" / "t.json").read_text())["eager"] is None  # no limit
-    limited = params._replace(eager=8000.0, rendezvous=2e-6)
+    limited = params._replace(eager=8000.0, rendezvous=2e-6, resident=65536.0)
     tuner.save(tmp_path / "t.json", limited, {"ranks": 2})
     assert tuner.load(tmp_path / "t.json") == limited
 
 
 def test_a_tuning_file_without_an_eager_limit_has_none(tmp_path):
+    """Nor small plans without delta: a file of before those keys means what it meant."""
     path = tmp_path / "old.json"
     path.write_text('{"format": "pyar-tuning/1", "alpha": 1e-6, "beta": 1e-9, "delta": 0, '
                     '"gamma": {"float32": 1e-10}}')
     params = tuner.load(path)
-    assert params.eager == math.inf and params.rendezvous == 0
+    assert params.eager == math.inf and params.rendezvous == 0 and params.resident == 0
 
 
 def staircase(limit, extra, shift=0.0):
@@ -272,6 +275,7 @@ def test_pyar_tune_writes_a_well_formed_file(tmp_path):
     params = tuner.load(path)
     assert params.alpha > 0 and params.beta > 0 and params.delta >= 0
     assert params.eager > 0 and params.rendezvous >= 0
+    assert params.resident == pyar.executors.mpi.RESIDENT_BYTES
     assert set(params.gamma) == {d.name for d in pyar.ops.DTYPES}
     assert all(g > 0 for g in params.gamma.values())
     measured = json.loads(path.read_text())["measured"]

@@ -15,7 +15,6 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from .executors import shm
 from .executors.mpi import RESIDENT_TAG
 from .topology import Topology
 
@@ -94,8 +93,7 @@ class Comm:
             plan.free()
         self.plans.clear()
         if self.mpi != MPI.COMM_NULL:
-            shm.release(self.mpi)
-            self.mpi.Free()
+            self.mpi.Free()         # and its shared-memory mailboxes with it
 
     def agree(self, ok: bool, call: str) -> tuple[bool, bool]:
         """Collective: (whether ``ok`` on every rank, whether every rank passed the same ``call``)."""

@@ -18,7 +18,9 @@ on cupy buffers: its scratch and landing buffers are allocated on the device
 (once per plan and dtype, freed with the plan), folds run as CUDA kernels on
 cupy's current stream (:mod:`pyar.kernels.device`), and that stream is
 synchronized before the first step and after every step, so MPI never reads
-a buffer a kernel is still writing.
+a buffer a kernel is still writing. A plan of at most RESIDENT_BYTES runs
+instead on its Resident in host memory, as a host rank runs it (its messages
+within a node go through shared memory, which a device buffer cannot join).
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ def run(plan, comm, tag: int, data, reduction) -> None:
         cupy.asnumpy(data, out=resident.data)       # waits for the stream
         resident.run()
         data.set(resident.data)
+        cupy.cuda.get_current_stream().synchronize()    # complete on return, as below
         return
     per_dtype = _DEVICE_BUFFERS.setdefault(plan, {})
     found = per_dtype.get(data.dtype)

@@ -10,9 +10,10 @@ when the step ends; all others land in place. Scratch and landing buffers are
 allocated once per plan and dtype and reused.
 
 Small messages (up to :data:`RESIDENT_BYTES`) run instead on a buffer the plan
-owns, :class:`Resident`: every message of every step is a persistent request
-(``MPI_Send_init``/``MPI_Recv_init``) and every fold a kernel bound to its
-views, made once; a call copies in, starts and waits each step, folds, copies
+owns, :class:`Resident`: every message to a rank of the same node goes
+through a shared-memory mailbox (:mod:`.shm`), every other one is a
+persistent request (``MPI_Send_init``/``MPI_Recv_init``), every fold a kernel
+bound to its views, all made once; a call copies in, runs each step, copies
 out. There a call's time is Python's, not the wire's.
 
 A large out-of-place call runs the plan's :meth:`Plan.out_of_place` variant,
@@ -34,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ScheduleError
+from ..errors import PyarError, ScheduleError
 from ..kernels import HALF, bound_fold, folder
 from ..schedule import Schedule
 from . import shm
@@ -319,8 +320,11 @@ class Plan:
         """A :class:`Resident` running in ``data`` itself (1-D, contiguous, ``count`` elements,
         kept alive by it), freed with this plan at the latest; after a call of :meth:`run`
         with its dtype and ``reduction`` (not collective itself)."""
+        if data.dtype.itemsize not in self._channels:
+            raise RuntimeError("Plan.bind: run the plan once with this dtype first (its "
+                               "mailboxes are set up then, collectively)")
         resident = Resident(self, comm, data.dtype, reduction, data,
-                            self._channels.get(data.dtype.itemsize))
+                            self._channels[data.dtype.itemsize])
         self._bound.add(resident)
         return resident
 
@@ -432,10 +436,25 @@ class Resident:
         send and a receive), and as safe, since every request of the step is
         started before any wait.
         """
-        channels = self.channels
+        channels, steps = self.channels, self.steps
         call = 0 if channels is None else channels.calls
+        if call is None or steps is None:
+            raise PyarError("this plan's shared-memory mailboxes or requests are gone: its "
+                            "communicator was freed, or a call of it was interrupted by an "
+                            "error (the ranks are out of step; make a new communicator)")
+        try:
+            self._steps(steps, channels, call)
+        except BaseException:
+            if channels is not None:
+                channels.calls = None       # the counters are mid-call: no later call
+            raise
+        if channels is not None:
+            channels.calls = call + 1
+
+    @staticmethod
+    def _steps(steps, channels, call: int) -> None:
         half = call & 1
-        for where, _, starts, waits, checks, finishes, puts, boxes in self.steps:
+        for where, _, starts, waits, checks, finishes, puts, boxes in steps:
             if puts:
                 for box, k, copies in puts:     # the slot's message of two calls back taken?
                     if box.room <= (call - 2) * box.m + k:
@@ -463,17 +482,15 @@ class Resident:
                 channels.sync()
                 for box, k in boxes:
                     box.taken[0] = call * box.m + k + 1
-        if channels is not None:
-            channels.calls = call + 1
 
     def free(self) -> None:
-        """Free the persistent requests (idempotent; the object cannot run afterwards)."""
+        """Free the persistent requests (idempotent; running the object afterwards raises)."""
         if not MPI.Is_finalized():
-            for step in self.steps:
+            for step in self.steps or ():
                 for request in step[1]:
                     if request:
                         request.Free()
-        self.steps = []
+        self.steps = None
 
     __del__ = free
 

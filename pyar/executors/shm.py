@@ -26,12 +26,14 @@ access is its own C call, so no compiler reorders them either).
 
 Carving is collective over the node (every rank does it at the same call of
 the plan, in :meth:`Pool.channels`); a plan whose channels do not fit in
-what is left of some rank's segment sends through MPI. Every wait is
-bounded (:data:`WAIT_SECONDS`, then pyar.TimeoutError); after a few polls a
-waiting rank yields its core, so that an oversubscribed node still moves.
-``PYAR_SHM_BYTES`` sets each rank's segment (default :data:`POOL_BYTES`;
-0: no mailboxes, every message through MPI). ``PYAR_RANKS_PER_NODE``'s
-emulated nodes share no mailboxes.
+what is left of some rank's segment sends through MPI (carved space is
+given back only with the communicator). Every wait is bounded
+(:data:`WAIT_SECONDS`, ``PYAR_SHM_TIMEOUT``; then pyar.TimeoutError); after
+a few polls a waiting rank yields its core, so that an oversubscribed node
+still moves. A call interrupted by an error leaves the plan's mailboxes out
+of step: later calls of that plan raise. ``PYAR_SHM_BYTES`` sets each rank's
+segment (default :data:`POOL_BYTES`; 0: no mailboxes, every message through
+MPI). ``PYAR_RANKS_PER_NODE``'s emulated nodes share no mailboxes.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from ..errors import TimeoutError
 from ..topology import Topology
 
 POOL_BYTES = 4 << 20        # each rank's segment of a communicator's window
-WAIT_SECONDS = 300.0        # the longest a rank waits for a mailbox
+WAIT_SECONDS = 1800.0       # the longest a rank waits for a mailbox (PYAR_SHM_TIMEOUT)
 _LINE = 64                  # bytes: counters and slots start on cache lines
 _SPINS = 64                # polls before a waiting rank starts to yield its core
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
@@ -119,7 +121,8 @@ def _no_fence() -> None:
 
 class Channels:
     """A plan's channels for one element size: ``out[peer]``, ``into[peer]`` (comm ranks), the
-    calls run so far, and the memory barrier ``sync`` (MPI_Win_sync; nothing on x86-64)."""
+    calls run so far (None once unusable), and the memory barrier ``sync`` (MPI_Win_sync;
+    nothing on x86-64)."""
 
     def __init__(self, out: dict, into: dict, sync):
         self.out, self.into, self.sync, self.calls = out, into, sync, 0
@@ -142,11 +145,14 @@ class Pool:
         group.Free()
         local.Free()
         self.local = {r: n for r, n in enumerate(ranks) if n != MPI.UNDEFINED}
+        nbytes = -(-nbytes // 4096) * 4096      # whole pages: every segment starts aligned
         self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.node)
         self.win.Lock_all()
         self.segments = [np.frombuffer(self.win.Shared_query(n)[0], np.uint8)
                          for n in range(self.node.Get_size())]
-        self.used = 0
+        mine = self.segments[self.node.Get_rank()]
+        self.used = -mine.ctypes.data % _LINE   # counters never straddle a cache line
+        self.carved: list[Channels] = []
 
     def channels(self, spans, itemsize: int) -> Channels | None:
         """Carve mailboxes for the messages of ``spans`` (a plan's (where, sends, recvs) per
@@ -181,44 +187,56 @@ class Pool:
         self.node.Alltoall(table, theirs)   # (where my channel to them starts, what they
         self.win.Sync()                     # expect from me, what they send me)
         # a pair whose ranks disagree on its messages (the ranks' plans differ) goes through
-        # MPI, whose receiver then reports the difference
+        # MPI: a message of another size is reported by its receiver
         out = {p: Channel(p, self.segments[self.local[p]], int(theirs[self.local[p], 0]), sizes)
                for p, sizes in out.items() if theirs[self.local[p], 1] == _digest(sizes)}
         into = {p: Channel(p, mine, int(table[self.local[p], 0]), sizes)
                 for p, sizes in into.items() if theirs[self.local[p], 2] == _digest(sizes)}
-        return Channels(out, into, _no_fence if _ORDERED else self.win.Sync)
+        carved = Channels(out, into, _no_fence if _ORDERED else self.win.Sync)
+        self.carved.append(carved)
+        return carved
 
     def free(self) -> None:
-        """Free the window and the node communicator (collective over the node)."""
-        self.segments = []
+        """Free the window and the node communicator (collective over the node); Residents
+        on its channels raise from now on."""
+        for carved in self.carved:
+            carved.calls = None
+        self.segments, self.carved = [], []
         if not MPI.Is_finalized():
             self.win.Unlock_all()
             self.win.Free()
             self.node.Free()
 
 
-_POOLS: dict = {}           # id of an MPI communicator -> its Pool (or None: no mailboxes)
+def _free_pool(comm, keyval, pool) -> None:
+    if pool:            # (False: the communicator has no mailboxes)
+        pool.free()
+
+
+_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_pool)     # a communicator's Pool
+
+
+def _setting(name: str, default, minimum, kind, what: str):
+    text = os.environ.get(name, "").strip()
+    try:
+        value = kind(text) if text else default
+    except ValueError:
+        value = None
+    if value is None or not value >= minimum:
+        raise ValueError(f"{name} must be {what}, got {text!r}")
+    return value
 
 
 def pool_of(comm: MPI.Comm) -> Pool | None:
-    """The :class:`Pool` of ``comm`` (collective the first time), or None if PYAR_SHM_BYTES
-    is 0. The communicator must be released with :func:`release` before it is freed."""
-    key = id(comm)
-    if key not in _POOLS:
-        text = os.environ.get("PYAR_SHM_BYTES", "").strip()
-        try:
-            nbytes = POOL_BYTES if not text else int(text)
-        except ValueError:
-            nbytes = -1
-        if nbytes < 0:
-            raise ValueError(f"PYAR_SHM_BYTES must be an integer >= 0 (bytes of shared memory "
-                             f"per rank; 0: none), got {text!r}")
-        _POOLS[key] = Pool(comm, nbytes) if nbytes else None
-    return _POOLS[key]
-
-
-def release(comm: MPI.Comm) -> None:
-    """Free ``comm``'s pool, if it has one (collective, like freeing ``comm``)."""
-    pool = _POOLS.pop(id(comm), None)
-    if pool is not None:
-        pool.free()
+    """The :class:`Pool` of ``comm``, made on the first call (collective) and freed with
+    ``comm``; None if PYAR_SHM_BYTES is 0. Reads PYAR_SHM_TIMEOUT into WAIT_SECONDS."""
+    found = comm.Get_attr(_KEYVAL)
+    if found is None:
+        global WAIT_SECONDS
+        WAIT_SECONDS = _setting("PYAR_SHM_TIMEOUT", WAIT_SECONDS, 1e-3, float,
+                                "a number of seconds > 0")
+        nbytes = _setting("PYAR_SHM_BYTES", POOL_BYTES, 0, int,
+                          "an integer >= 0 (bytes of shared memory per rank; 0: none)")
+        found = Pool(comm, nbytes) if nbytes else False
+        comm.Set_attr(_KEYVAL, found)
+    return found or None

@@ -1,0 +1,48 @@
+"""The shared-memory mailboxes on one rank: settings, layout, the pool's life (the protocol
+itself runs under MPI: tests/mpi, at every rank count of the matrix)."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from pyar.executors import shm
+
+
+@pytest.mark.parametrize("name,value", [("PYAR_SHM_BYTES", "-1"), ("PYAR_SHM_BYTES", "4M"),
+                                        ("PYAR_SHM_TIMEOUT", "0"), ("PYAR_SHM_TIMEOUT", "x")])
+def test_bad_settings_say_what_was_expected(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        with pytest.raises(ValueError, match=f"{name} must be .*got '{value}'"):
+            shm.pool_of(comm)
+    finally:
+        comm.Free()
+
+
+def test_a_pool_is_made_once_aligned_and_freed_with_its_communicator(monkeypatch):
+    monkeypatch.setenv("PYAR_SHM_BYTES", "1000")           # rounded up to a page
+    comm = MPI.COMM_SELF.Dup()
+    pool = shm.pool_of(comm)
+    assert shm.pool_of(comm) is pool and len(pool.segments) == 1
+    assert len(pool.segments[0]) == 4096 and (pool.segments[0].ctypes.data + pool.used) % 64 == 0
+    comm.Free()
+    assert pool.win == MPI.WIN_NULL and pool.segments == []
+    monkeypatch.setenv("PYAR_SHM_BYTES", "0")
+    comm = MPI.COMM_SELF.Dup()
+    assert shm.pool_of(comm) is None
+    comm.Free()
+
+
+def test_a_channel_puts_each_slot_and_counter_on_its_own_cache_lines():
+    segment = np.zeros(4096, np.uint8)
+    sizes = [8, 100, 64]
+    channel = shm.Channel(3, segment, 128, sizes)
+    assert channel.m == 3 and shm.Channel.bytes(sizes) == 2 * 64 + 2 * (64 + 128 + 64)
+    starts = [half.ctypes.data - segment.ctypes.data for k in range(3)
+              for half in channel.slots[k]]
+    assert starts == [256, 320, 384, 512, 640, 704]
+    assert [len(half) for k in range(3) for half in channel.slots[k]] == [8, 8, 100, 100, 64, 64]
+    channel.posted[0], channel.taken[0] = 5, 7
+    assert segment[128:136].view(np.int64)[0] == 5 and segment[192:200].view(np.int64)[0] == 7
+    assert channel.halves(1, np.dtype(np.float32))[1].shape == (25,)

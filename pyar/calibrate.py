@@ -23,7 +23,10 @@ placed). What is measured, each the lower quartile of many timed calls:
   excess of the sizes up to 8 times it (:func:`find_eager`). No such step:
   no limit. (A small plan's messages within a node go through shared
   memory, where there is no such limit.)
-- ``gamma`` per dtype: :func:`pyar.kernels.reduce_into` (sum) on a large array.
+- ``gamma`` per dtype: :func:`pyar.kernels.reduce_into` (sum) on arrays of
+  :data:`FOLD_BYTES` (256 KiB), which stay in cache as the chunks a step
+  folds mostly do; folding from memory (MiBs) is about twice as slow per byte,
+  which matters little there, where bytes on the wire (beta) decide.
 
 Every wait between phases is bounded (:data:`PHASE_SECONDS`); within a
 phase the ranks run a known number of blocking exchanges, and under
@@ -49,6 +52,7 @@ from .kernels import reduce_into
 from .schedule import Chunk, Recv, Send, Step
 
 PHASE_SECONDS = 600.0       # the longest any rank waits for the others between phases
+FOLD_BYTES = 1 << 18        # the arrays gamma is measured on
 STEPS = (1, 33)             # schedule lengths whose difference gives the per-step time
 _NAME = "_pyar_tune_steps"
 
@@ -205,7 +209,7 @@ def run(quick: bool = False, comm=None):
         crcs = np.array([crc, -crc], np.int64)
         pair.Allreduce(MPI.IN_PLACE, crcs, MPI.MIN)
         if rank == 0:
-            gamma = _gamma(large, iters)
+            gamma = _gamma(FOLD_BYTES, iters)
             params = cost.Params(alpha, beta, gamma, max(0.0, per_step - alpha), eager,
                                  rendezvous, RESIDENT_BYTES)
             measured = {"ranks": size, "host": host, "same_host": int(crcs[0]) == -int(crcs[1]),

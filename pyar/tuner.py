@@ -44,13 +44,15 @@ FORMAT = "pyar-tuning/1"
 # through shared-memory mailboxes: 2.13 - 2.29 us); delta what a step of the general path
 # adds (bimodal over the day's 20 runs: 0.2 - 0.4 or 1.1 - 2.7 us; their median); the
 # eager limit of MPI's own messages 8,078 B in most runs (5,760 - 16,384), the rendezvous
-# beyond it 2.4 us (0.4 - 3.1). Run `pyar tune` on your own machine.
+# beyond it 2.4 us (0.4 - 3.1). gamma at 17:45 (three runs) on 256 KiB arrays, which stay
+# in cache (on 4 MiB, from memory, float32 took 0.075 ns/B). Run `pyar tune` on your own
+# machine.
 DEFAULTS = cost.Params(
     alpha=2.26e-6, beta=8.54e-11, delta=1.65e-6, eager=8078, rendezvous=2.40e-6,
     resident=65536,
-    gamma={"int8": 7.42e-11, "int16": 7.44e-11, "int32": 7.44e-11, "int64": 7.60e-11,
-           "uint8": 7.38e-11, "uint16": 7.45e-11, "uint32": 7.40e-11, "uint64": 7.56e-11,
-           "float16": 2.29e-10, "bfloat16": 9.73e-11, "float32": 7.47e-11, "float64": 7.62e-11})
+    gamma={"int8": 3.32e-11, "int16": 3.16e-11, "int32": 3.27e-11, "int64": 3.78e-11,
+           "uint8": 3.87e-11, "uint16": 3.78e-11, "uint32": 3.48e-11, "uint64": 3.59e-11,
+           "float16": 2.72e-10, "bfloat16": 1.18e-10, "float32": 3.40e-11, "float64": 3.45e-11})
 
 _FLOATS = {2: "float16", 4: "float32", 8: "float64"}     # itemsize -> dtype when none is given
 _MEMO_SIZE = 4096           # choices kept before the memo starts afresh

@@ -44,7 +44,7 @@ FORMAT = "pyar-tuning/1"
 # through shared-memory mailboxes: 2.13 - 2.29 us); delta what a step of the general path
 # adds (bimodal over the day's 20 runs: 0.2 - 0.4 or 1.1 - 2.7 us; their median); the
 # eager limit of MPI's own messages 8,078 B in most runs (5,760 - 16,384), the rendezvous
-# beyond it 2.4 us (0.4 - 3.1). gamma at 17:45 (three runs) on 256 KiB arrays, which stay
+# beyond it 2.4 us (0.4 - 3.1). gamma at 17:42 (three runs) on 256 KiB arrays, which stay
 # in cache (on 4 MiB, from memory, float32 took 0.075 ns/B). Run `pyar tune` on your own
 # machine.
 DEFAULTS = cost.Params(

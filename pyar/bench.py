@@ -3,9 +3,11 @@
 Run under mpiexec; rank 0 prints one row per message size and implementation:
 the MPI library's own call (the bare mpi4py call, no pyar code around it:
 the baseline, always timed), each pyar algorithm asked for, and with
-``--peer gloo`` torch.distributed's gloo. At each size they are timed in
-interleaved batches, out of place and in place, so load on the machine falls
-on all of them alike. Time is the slowest rank's average per call, each batch
+``--peer gloo`` torch.distributed's gloo. At each size they are timed in up
+to :data:`BATCHES` interleaved batches, out of place and in place, each batch
+starting one implementation later than the one before (none always follows
+the same neighbour, whose buffers it would find in or out of cache), so load
+on the machine falls on all of them alike. Time is the slowest rank's average per call, each batch
 starting after a barrier, as in nccl-tests; ``algbw`` is size / time and
 ``busbw`` algbw times the collective's nccl-tests factor, which makes it
 comparable across rank counts and collectives. Outside the timed batches each
@@ -40,7 +42,7 @@ from .executors.mpi import library_op
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 ROOT = 0                  # of reduce and bcast
-BATCHES = 4               # timed batches per implementation and size, interleaved
+BATCHES = 16              # timed batches per implementation and size, interleaved
 OUT_OF_PLACE, IN_PLACE = "out_of_place", "in_place"
 VARIANTS = (OUT_OF_PLACE, IN_PLACE)
 GLOO = "gloo"
@@ -286,8 +288,9 @@ def _time_interleaved(m: MPI.Comm, runs: list, iters: int, warmup: int) -> list[
         for _ in range(warmup):
             run()
     spent = np.zeros(len(runs))
-    for batch in _batches(iters):
-        for i, run in enumerate(runs):
+    for k, batch in enumerate(_batches(iters)):
+        for i in [(k + j) % len(runs) for j in range(len(runs))]:   # each batch one later
+            run = runs[i]
             m.Barrier()
             start = time.perf_counter()
             for _ in range(batch):

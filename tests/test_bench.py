@@ -175,7 +175,23 @@ def test_algorithm_lists():
     assert parse_algorithms("all,auto") == [*registered, "mpi", "auto"]
     assert parse_algorithms("ring, auto,ring") == ["ring", "auto"]
     assert bench.default_iters(8) == 1000 and bench.default_iters(64 << 20) == 2
-    assert bench._batches(10) == [3, 3, 2, 2] and bench._batches(2) == [1, 1]
+    assert bench._batches(40) == [3] * 8 + [2] * 8 and bench._batches(2) == [1, 1]
+
+
+def test_batches_take_turns_each_one_implementation_later():
+    """Every implementation is timed after each other one in turn (no fixed neighbour)."""
+    order = []
+
+    class Clockless:
+        def Barrier(self):
+            pass
+
+        def Allreduce(self, *args):
+            pass
+
+    runs = [lambda i=i: order.append(i) for i in range(3)]
+    bench._time_interleaved(Clockless(), runs, iters=3, warmup=0)
+    assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1]
 
 
 def test_a_call_that_writes_nothing_is_wrong_even_after_a_right_one():

@@ -119,20 +119,27 @@ def _steps(rank, size, count, topology=None):
             for _ in range(count - _PAD if count >= _PAD else count - 2)]
 
 
-def _step_times(pair, iters: int, general: bool) -> tuple[float, float]:
-    """(seconds per step, seconds per call besides its steps) of pyar's MPI executor, on its
-    general path or on a Resident."""
+def _step_times(pair, iters: int) -> tuple[float, float, float]:
+    """(seconds per step on a Resident, seconds per call besides its steps there, seconds per
+    step on the general path) of pyar's MPI executor: one Comm, both paths."""
     register_algorithm(_NAME)(_steps)       # registered only in a process that tunes
     comm = Comm(pair)
-    times = []
-    for k in STEPS:
-        x = np.zeros((_PAD if general else 2) + k, np.float64)
-        api.allreduce(x, x, algorithm=_NAME, comm=comm)        # compile the plan first
-        _barrier(pair)
-        times.append(_typical(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm), iters))
+
+    def slope(pad):
+        times = []
+        for k in STEPS:
+            x = np.zeros(pad + k, np.float64)
+            api.allreduce(x, x, algorithm=_NAME, comm=comm)     # compile the plan first
+            _barrier(pair)
+            times.append(_typical(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm),
+                                  iters))
+        per_step = (times[1] - times[0]) / (STEPS[1] - STEPS[0])
+        return per_step, times[0] - per_step * STEPS[0]
+
+    resident, per_call = slope(2)
+    general, _ = slope(_PAD)
     comm.free()
-    per_step = (times[1] - times[0]) / (STEPS[1] - STEPS[0])
-    return per_step, times[0] - per_step * STEPS[0]
+    return resident, per_call, general
 
 
 EAGER_SIZES = tuple(int(1024 * 2 ** (k / 2)) // 64 * 64 for k in range(17))   # 1 - 256 KiB
@@ -202,8 +209,7 @@ def run(quick: bool = False, comm=None):
         beta = max(0.0, (t_large - t_small) / (large - small))
         eager, rendezvous = find_eager(
             lambda n: pair.bcast(_exchange_time(pair, n, iters), root=0), latency, beta)
-        alpha, per_call = _step_times(pair, iters, general=False)
-        per_step, _ = _step_times(pair, iters, general=True)
+        alpha, per_call, per_step = _step_times(pair, iters)
         host = platform.node()
         crc = zlib.crc32(host.encode())
         crcs = np.array([crc, -crc], np.int64)

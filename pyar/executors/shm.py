@@ -52,7 +52,7 @@ from ..topology import Topology
 POOL_BYTES = 4 << 20        # each rank's segment of a communicator's window
 WAIT_SECONDS = 1800.0       # the longest a rank waits for a mailbox (PYAR_SHM_TIMEOUT)
 _LINE = 64                  # bytes: counters and slots start on cache lines
-_SPINS = 64                # polls before a waiting rank starts to yield its core
+_SPINS = 64                 # polls before a waiting rank starts to yield its core
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store order
 

@@ -3,15 +3,21 @@
 __version__ = "0.1.0"
 
 from .algorithms import algorithms, register_algorithm
-from .api import (allgather, allreduce, alltoall, barrier, bcast, reduce, reduce_scatter,
-                  schedule, simulate)
+from .api import (allgather, allreduce, alltoall, barrier, bcast, collective, iallgather,
+                  iallreduce, ialltoall, ibarrier, ibcast, ireduce, ireduce_scatter, reduce,
+                  reduce_scatter, schedule, simulate)
+from .collectives import Collective, register_collective
 from .comm import Comm
 from .errors import MismatchError, PyarError, ScheduleError, TimeoutError
+from .executors.progress import Progress, Request, test_any, wait_all
 from .ops import Op
 from .topology import Topology
 
 __all__ = [
-    "Comm", "MismatchError", "Op", "PyarError", "ScheduleError", "TimeoutError", "Topology",
-    "algorithms", "allgather", "allreduce", "alltoall", "barrier", "bcast", "reduce",
-    "reduce_scatter", "register_algorithm", "schedule", "simulate",
+    "Collective", "Comm", "MismatchError", "Op", "Progress", "PyarError", "Request",
+    "ScheduleError", "TimeoutError", "Topology", "algorithms", "allgather", "allreduce",
+    "alltoall", "barrier", "bcast", "collective", "iallgather", "iallreduce", "ialltoall",
+    "ibarrier", "ibcast", "ireduce", "ireduce_scatter", "reduce", "reduce_scatter",
+    "register_algorithm", "register_collective", "schedule", "simulate", "test_any",
+    "wait_all",
 ]

@@ -15,10 +15,24 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
+from .errors import PyarError, TimeoutError
+from .executors import progress
 from .executors.mpi import RESIDENT_TAG
 from .topology import Topology
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
+
+
+def _timeout_setting() -> float | None:
+    """``PYAR_TIMEOUT``: seconds every wait of a collective is bounded by (unset: none)."""
+    text = os.environ.get("PYAR_TIMEOUT", "").strip()
+    if not text:
+        return None
+    try:
+        return progress.check_timeout(float(text))
+    except ValueError:
+        raise ValueError(f"PYAR_TIMEOUT must be a number of seconds > 0 (or unset: no "
+                         f"timeout), got {text!r}") from None
 
 
 def _free_duplicate(comm, keyval, attr):
@@ -44,13 +58,17 @@ class Comm:
                             f"got {comm!r}")
         if base.Is_inter():
             raise TypeError("pyar collectives need an intracommunicator")
+        self.timeout = _timeout_setting()
         self.mpi = base.Dup()
         self.mpi.Set_name(f"pyar dup of {base.Get_name() or 'a communicator'}")
         self.rank = self.mpi.Get_rank()
         self.size = self.mpi.Get_size()
         self.topology = self._discover_topology()
         self.plans: dict = {}
-        self._seq = 0
+        self.seq = 0                # collectives called on this Comm so far
+        self.broken = None          # why its ranks are out of step, once a call failed mid-way
+
+    on_free: list = []      # functions told of every Comm freed (caches keyed by it)
 
     def __repr__(self):
         return f"<pyar.Comm rank {self.rank} of {self.size}>"
@@ -82,24 +100,42 @@ class Comm:
         return found
 
     def next_tag(self) -> int:
-        """The tag of the next collective on this Comm: its sequence number, wrapped below the
-        tag of the executor's persistent requests (MPI guarantees tags up to 32767)."""
-        self._seq += 1
-        return self._seq % RESIDENT_TAG
+        """Number the next collective on this Comm (:attr:`seq`); its tag: the sequence number
+        wrapped below the tag of the executor's persistent requests (MPI guarantees tags
+        up to 32767), so collectives in flight together have tags of their own."""
+        self.seq += 1
+        return self.seq % RESIDENT_TAG
+
+    def check_usable(self) -> None:
+        """PyarError if a call on this Comm failed mid-way (its ranks are out of step)."""
+        if self.broken is not None:
+            raise PyarError(f"this communicator is unusable: {self.broken}; its ranks are out "
+                            f"of step (make a new communicator)")
+
+    def abandon(self, what: str, error: BaseException) -> None:
+        """A call (``what``) failed after its first message: no later call may run on it."""
+        if self.broken is None:
+            self.broken = f"{what} failed mid-way ({type(error).__name__}: {error})"
 
     def free(self) -> None:
         """Release the duplicate communicator (also done when the user's is freed)."""
+        for forget in self.on_free:
+            forget(self)
         for plan in self.plans.values():
             plan.free()
         self.plans.clear()
         if self.mpi != MPI.COMM_NULL:
             self.mpi.Free()         # and its shared-memory mailboxes with it
 
-    def agree(self, ok: bool, call: str) -> tuple[bool, bool]:
-        """Collective: (whether ``ok`` on every rank, whether every rank passed the same ``call``)."""
+    def agree(self, ok: bool, call: str, deadline=None) -> tuple[bool, bool]:
+        """Collective: (whether ``ok`` on every rank, whether every rank passed the same ``call``),
+        waiting until ``deadline`` (a ``time.monotonic()`` value) at most."""
         fingerprint = zlib.crc32(call.encode())
         votes = np.array([ok, fingerprint, -fingerprint], np.int64)
-        self.mpi.Allreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        request = self.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
+            f"{call}: waited {waited:.1f} s for the other ranks to agree on the call (its "
+            f"first one with these arguments): did every rank call it?"))
         return bool(votes[0]), int(votes[1]) == -int(votes[2])
 
     def remember(self, key, plan):

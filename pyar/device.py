@@ -32,60 +32,34 @@ import sys
 
 import numpy as np
 
-from . import api, collectives, ops, tuner
+from . import calls, ops, tuner
 from .algorithms import LIBRARY
+from .collectives import Work
 from .comm import Comm
-from .executors import cuda
-from .kernels import HALF
+from .executors import cuda, progress
 
-__all__ = ["allgather", "allreduce", "alltoall", "bcast", "gpu_summary", "reduce",
-           "reduce_scatter"]
+__all__ = ["collective", "gpu_summary"]
 
 
-def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None):
-    """:func:`pyar.allreduce` on a cupy array."""
-    return _collective("allreduce", x, out, op, algorithm, comm)
-
-
-def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None):
-    """:func:`pyar.reduce_scatter` on a cupy array."""
-    return _collective("reduce_scatter", x, out, op, algorithm, comm)
-
-
-def allgather(x, out=None, *, algorithm="auto", comm=None):
-    """:func:`pyar.allgather` on a cupy array."""
-    return _collective("allgather", x, out, None, algorithm, comm)
-
-
-def reduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None):
-    """:func:`pyar.reduce` on a cupy array."""
-    return _collective("reduce", x, out, op, algorithm, comm, root)
-
-
-def bcast(x, *, root=0, algorithm="auto", comm=None):
-    """:func:`pyar.bcast` on a cupy array (in place)."""
-    return _collective("bcast", x, x, None, algorithm, comm, root)
-
-
-def alltoall(x, out=None, *, algorithm="auto", comm=None):
-    """:func:`pyar.alltoall` on a cupy array."""
-    return _collective("alltoall", x, out, None, algorithm, comm)
-
-
-def _collective(collective, x, out, op, algorithm, comm, root=0):
+def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking):
+    """``record``'s collective on the cupy array ``x`` (arguments as :mod:`pyar.api`'s); a
+    :class:`pyar.Request` if ``nonblocking``."""
     cupy = _cupy_of(x, "x")
-    if op is not None:
+    if record.reduces:
         op = ops.resolve(op)
         ops.check(op, x.dtype)
     c = Comm.of(comm)
-    if collective in collectives.ROOTED:
-        api._check_root(root, c.size)
-    if collective == "alltoall":
-        collectives.check_alltoall(x.shape, c.size)
-    target = _target(collective, x, out, c, root)
-    if cuda.awareness().aware:
-        return _direct(cupy, collective, x, target, op, algorithm, c, root)
-    return _staged(cupy, collective, x, target, op, algorithm, c, root)
+    c.check_usable()
+    if record.rooted:
+        calls.check_root(root, c.size)
+    record.check(x.shape, c.size)
+    target = _target(record, x, out, c, root)
+    way = _direct if cuda.awareness().aware else _staged
+    run = way(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking)
+    if nonblocking:
+        return progress.start(run)
+    with progress.lock():
+        return run.complete()
 
 
 def _cupy_of(x, name):
@@ -97,22 +71,20 @@ def _cupy_of(x, name):
     return cupy
 
 
-def _target(collective, x, out, c, root):
+def _target(record, x, out, c, root):
     """The device array the result is written to, or None for a new one (after checking ``out``;
-    a non-root rank of reduce ignores it, as the numpy path does)."""
-    if collective == "reduce" and c.rank != root:
+    a non-root rank of reduce ignores it, as the numpy path does). ``out is x``: x itself,
+    or the part of x the result is (reduce_scatter's block; None if x is not contiguous)."""
+    shape = record.result_shape(x.shape, c.size, c.rank)
+    if record.rooted and record.reduces and c.rank != root:
         return None
-    if collective == "reduce_scatter":
-        block = collectives.block(x.size, c.size, c.rank)
-        if out is x:
-            return x.reshape(-1)[block] if x.flags.c_contiguous else None
-        shape = (block.stop - block.start,)
-    elif collective == "allgather":
-        shape = (c.size, *x.shape)
-    else:
-        shape = x.shape
-    if out is None or out is x:
-        return out
+    if out is None:
+        return None
+    if out is x:
+        if shape == x.shape:
+            return x
+        return record.result(x.reshape(-1), x.shape, c.rank, c.size, root) \
+            if x.flags.c_contiguous else None
     _cupy_of(out, "out")
     if out.shape != shape or out.dtype != x.dtype:
         raise ValueError(f"out must have shape {shape} and dtype {x.dtype}, got {out.shape} and "
@@ -120,101 +92,93 @@ def _target(collective, x, out, c, root):
     return out
 
 
-def _direct(cupy, collective, x, target, op, algorithm, c, root):
-    """Run the collective on device buffers, MPI reading and writing GPU memory."""
-    count = collectives.data_count(collective, x.size, c.size)
-    name = tuner.select(collective, algorithm, c.size, count, count * x.dtype.itemsize, x.dtype,
-                        topology=c.topology)
-    if collective == "allgather":
-        data = cupy.empty(count, x.dtype)
-        data[collectives.block(count, c.size, c.rank)] = x.reshape(-1)
-    else:
-        data = x.copy(order="C").reshape(-1)
+def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking):
+    """The run of the collective on device buffers, MPI reading and writing GPU memory."""
+    count = record.count(x.size, c.size)
+    name = tuner.select(record.name, algorithm, c.size, count,
+                        count * x.dtype.itemsize, x.dtype, topology=c.topology)
+    data = record.load(x, c.rank, c.size)
     reduction = None if op is None else op.reduction
+    timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
+    deadline = progress.deadline_of(timeout)
+    stream = cupy.cuda.get_current_stream()
+    what = f"{record.name} #{c.seq + 1} ({name}, {x.size} {x.dtype}, device)"
     if name == LIBRARY:
-        _library(cupy, collective, c, data, reduction, root)
+        c.next_tag()
+        work = Work(data, record.result(data, x.shape, c.rank, c.size, root), None)
+        step = calls.library(record, c, x, work, reduction, root)
+        stream.synchronize()        # (the widening of half types, too) before MPI reads it
+        steps, ctx, done, abandon = [step], None, None, None
     else:
-        cuda.run(api._plan(c, collective, name, count, int(root)), c.mpi, c.next_tag(), data,
-                 reduction)
-    result = collectives.result(collective, data, x.shape, c.rank, c.size, root)
-    if result is None:
-        return None
-    if op is not None:                   # on the 1-D buffer: the kernels take 1-D arrays
-        ops.finalize(result if collective == "reduce_scatter" else data, op, c.size)
-    if target is None:
-        return result.copy() if collective == "reduce_scatter" else result
-    target[...] = result
-    return target
+        plan = calls.compiled(c, record.name, name, count, root, deadline)
+        steps, ctx, done, abandon = cuda.execution(plan, c.mpi, c.next_tag(), data, reduction,
+                                                   alone=not nonblocking)
+
+    def finish():
+        if done is not None:
+            done()
+        result = record.result(data, x.shape, c.rank, c.size, root)
+        if result is None:
+            return None
+        if op is not None:               # on the 1-D buffer: the kernels take 1-D arrays
+            ops.finalize(result if result.ndim == 1 else data, op, c.size)
+        if target is None:
+            return result.copy() if result.size != data.size else result
+        target[...] = result
+        return target
+
+    def failed(error):
+        if abandon is not None:
+            abandon()
+        c.abandon(what, error)
+
+    return progress.Run(steps, ctx, finish, what, failed, deadline)
 
 
-def _library(cupy, collective, c, data, reduction, root):
-    """The MPI library's own collective on the device buffer ``data``."""
-    from .executors import mpi as library
+def _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking):
+    """The run of the host collective on a pinned host copy of ``x``, the result copied back.
 
-    if reduction is not None and data.dtype in HALF:       # MPI reduces no half type
-        wide = data.astype(np.float32)
-        _library(cupy, collective, c, wide, reduction, root)
-        data[...] = wide
-        return
-    cupy.cuda.get_current_stream().synchronize()
-    if collective == "allreduce":
-        library.library_allreduce(c.mpi, data, reduction)
-    elif collective == "reduce_scatter":
-        block = collectives.block(data.size, c.size, c.rank)
-        mine = cupy.empty(block.stop - block.start, data.dtype)
-        library.library_reduce_scatter(c.mpi, data, mine, reduction)
-        data[block] = mine
-    elif collective == "allgather":
-        library.library_allgather(c.mpi, data)
-    elif collective == "reduce":
-        library.library_reduce(c.mpi, data, reduction, root)
-    elif collective == "bcast":
-        library.library_bcast(c.mpi, data, root)
-    else:
-        library.library_alltoall(c.mpi, data)
-
-
-def _staged(cupy, collective, x, target, op, algorithm, c, root):
-    """Copy ``x`` to pinned host memory, run the host collective there, copy the result back."""
-    shapes = [x.shape] + ([(c.size, *x.shape)] if collective == "allgather" else [])
-    host = _pinned(shapes, x.dtype)
+    A blocking call reuses one pinned buffer; a nonblocking one has its own."""
+    in_place = record.in_place or not record.out_of_place      # the host call works in x
+    shapes = [x.shape] + ([] if in_place else [record.result_shape(x.shape, c.size, c.rank)])
+    host = _pinned(shapes, x.dtype, fresh=nonblocking)
     source = x if x.flags.c_contiguous else cupy.ascontiguousarray(x)
     cupy.asnumpy(source, out=host[0])          # synchronous: waits for the current stream
-    kwargs = {"algorithm": algorithm, "comm": c}
-    if op is not None:
-        kwargs["op"] = op
-    if collective in collectives.ROOTED:
-        kwargs["root"] = root
-    if collective == "bcast":
-        result = api.bcast(host[0], **kwargs)
-    else:
-        result = getattr(api, collective)(host[0], host[-1], **kwargs)
-    if result is None:
-        return None
-    if target is None:
-        target = cupy.empty(result.shape, result.dtype)
-    if target.flags.c_contiguous:
-        target.set(result)
-    else:
-        target[...] = cupy.asarray(result)
-    cupy.cuda.get_current_stream().synchronize()   # the pinned buffer is reused by the next call
-    return target
+
+    def back(result):
+        if result is None:
+            return None
+        out = cupy.empty(result.shape, result.dtype) if target is None else target
+        if out.flags.c_contiguous:
+            out.set(result)
+        else:
+            out[...] = cupy.asarray(result)
+        cupy.cuda.get_current_stream().synchronize()   # the pinned buffer is reused next
+        return out
+
+    run, lean = calls.build(record, host[0], host[-1], op, algorithm, c, root, timeout,
+                            nonblocking, then=back)
+    return run if lean is None else progress.Run([], None, lean, f"{record.name} (staged)")
 
 
 _POOL = [np.empty(0, np.uint8)]      # the pinned host buffer, grown on demand, never shrunk
 _ALIGN = 256
 
 
-def _pinned(shapes, dtype) -> list[np.ndarray]:
-    """Contiguous host arrays of ``shapes`` and ``dtype`` in the reused pinned buffer."""
+def _pinned(shapes, dtype, fresh: bool = False) -> list[np.ndarray]:
+    """Contiguous host arrays of ``shapes`` and ``dtype`` in the reused pinned buffer (in a
+    pinned buffer of their own if ``fresh``)."""
+    import cupyx
+
     sizes = [int(np.prod(s, dtype=np.int64)) * dtype.itemsize for s in shapes]
     offsets = np.cumsum([0] + [-(-n // _ALIGN) * _ALIGN for n in sizes])
-    if _POOL[0].nbytes < offsets[-1]:
-        import cupyx
-
-        _POOL[0] = cupyx.empty_pinned(max(int(offsets[-1]), 2 * _POOL[0].nbytes), np.uint8)
-    return [_POOL[0][lo:lo + n].view(dtype).reshape(s)
-            for lo, n, s in zip(offsets, sizes, shapes)]
+    if fresh:
+        pool = cupyx.empty_pinned(int(offsets[-1]), np.uint8)
+    else:
+        if _POOL[0].nbytes < offsets[-1]:
+            _POOL[0] = cupyx.empty_pinned(max(int(offsets[-1]), 2 * _POOL[0].nbytes), np.uint8)
+        pool = _POOL[0]
+    return [pool[lo:lo + n].view(dtype).reshape(s) for lo, n, s in zip(offsets, sizes, shapes)]
 
 
 def gpu_summary() -> str:

@@ -48,17 +48,17 @@ def library_reference(comm, x, op):
     MPI has no float16 or bfloat16: for those the oracle is MPI_Allreduce of
     ``x`` widened to float32 (exactly), and the expected values stay float32.
     """
-    from .executors.mpi import library_op
+    from .collectives.allreduce import ALLREDUCE
 
     op = resolve(op)
     x = np.ascontiguousarray(x)
     if x.dtype in HALF:
         x = x.astype(np.float32)
     expected = np.empty_like(x)
-    comm.Allreduce(x, expected, library_op(op.reduction))
+    ALLREDUCE.library(comm, x, expected, op.reduction, 0)
     contribution = np.abs(x.astype(np.float64))
     scale = np.empty_like(contribution)
-    comm.Allreduce(contribution, scale, library_op(Op.PROD if op is Op.PROD else Op.SUM))
+    ALLREDUCE.library(comm, contribution, scale, Op.PROD if op is Op.PROD else Op.SUM, 0)
     if op is Op.AVG:
         expected /= comm.Get_size()
         scale /= comm.Get_size()

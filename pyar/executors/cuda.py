@@ -13,12 +13,13 @@ of these that answers:
    for at start-up, so this alone is a weak no, which is why 3 comes first;
 5. nothing answered: no (set ``PYAR_CUDA_AWARE=1`` to say otherwise).
 
-:func:`run` executes an :class:`~pyar.executors.mpi.Plan`'s compiled steps
-on cupy buffers: its scratch and landing buffers are allocated on the device
-(once per plan and dtype, freed with the plan), folds run as CUDA kernels on
-cupy's current stream (:mod:`pyar.kernels.device`), and that stream is
-synchronized before the first step and after every step, so MPI never reads
-a buffer a kernel is still writing. A plan of at most RESIDENT_BYTES runs
+:func:`execution` gives an :class:`~pyar.executors.mpi.Plan`'s compiled
+steps on cupy buffers, for the one step runner (:mod:`.progress`): its
+scratch and landing buffers are allocated on the device (once per plan and
+dtype, freed with the plan), folds run as CUDA kernels on cupy's current
+stream (:mod:`pyar.kernels.device`), and that stream is synchronized before
+the first step and after every step, so MPI never reads a buffer a kernel is
+still writing. A plan of at most RESIDENT_BYTES runs
 instead on its Resident in host memory, as a host rank runs it (its messages
 within a node go through shared memory, which a device buffer cannot join).
 """
@@ -35,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..kernels import reduce_into
+from .mpi import Context
 
 ENV = "PYAR_CUDA_AWARE"
 _KINDS_KEY = "mpi_memory_alloc_kinds"
@@ -116,31 +118,38 @@ def libmpi_paths(maps: str = "/proc/self/maps") -> list[str]:
 _DEVICE_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def run(plan, comm, tag: int, data, reduction) -> None:
-    """Run ``plan`` (a :class:`pyar.executors.mpi.Plan`) on ``data``, a 1-D contiguous cupy array
-    of ``schedule.count`` elements, with device scratch and landing buffers; a plan small
-    enough for a :class:`~pyar.executors.mpi.Resident` runs on one in host memory, as
-    a host rank runs it (its messages may go through shared memory, which MPI does not
-    see)."""
+def execution(plan, comm, tag: int, data, reduction, alone: bool = True):
+    """(steps, ctx, done, abandon) of one call of ``plan`` (a :class:`~.mpi.Plan`) on ``data``,
+    a 1-D contiguous cupy array of ``schedule.count`` elements, as :meth:`.mpi.Plan.execution`
+    gives them for host arrays: device scratch and landing buffers (the plan's, or with
+    ``alone`` False of the call's own), folds as CUDA kernels on cupy's current stream,
+    which is synchronized now and after every step. A blocking call of a plan small enough
+    for a :class:`~.mpi.Resident` runs on one in host memory, as a host rank runs it (its
+    messages may go through shared memory, which MPI does not see)."""
     cupy = sys.modules["cupy"]
-    resident = plan.resident(comm, np.dtype(data.dtype), reduction)
-    if resident is not None:
-        cupy.asnumpy(data, out=resident.data)       # waits for the stream
-        resident.run()
-        data.set(resident.data)
-        cupy.cuda.get_current_stream().synchronize()    # complete on return, as below
-        return
-    per_dtype = _DEVICE_BUFFERS.setdefault(plan, {})
-    found = per_dtype.get(data.dtype)
-    if found is None:
-        found = per_dtype[data.dtype] = (cupy.empty(plan.scratch_count, data.dtype),
-                                         cupy.empty(plan.landing_count, data.dtype))
-    bufs = (data, *found)
     stream = cupy.cuda.get_current_stream()
+    if alone:
+        resident = plan.resident(comm, np.dtype(data.dtype), reduction)
+        if resident is not None:
+            cupy.asnumpy(data, out=resident.data)       # waits for the stream
+            steps, ctx, end = resident.execution()
+
+            def done():
+                end()
+                data.set(resident.data)
+                stream.synchronize()        # complete on return, as below
+            return steps, ctx, done, resident.interrupted
+        per_dtype = _DEVICE_BUFFERS.setdefault(plan, {})
+        found = per_dtype.get(data.dtype)
+        if found is None:
+            found = per_dtype[data.dtype] = (cupy.empty(plan.scratch_count, data.dtype),
+                                             cupy.empty(plan.landing_count, data.dtype))
+    else:
+        found = (cupy.empty(plan.scratch_count, data.dtype),
+                 cupy.empty(plan.landing_count, data.dtype))
     stream.synchronize()
+
     def fold(dst, src):            # the device kernels, on cupy's current stream
         reduce_into(dst, src, reduction)
-
-    for step in plan.steps:
-        step.run(bufs, comm, tag, fold)
-        stream.synchronize()
+    return plan.steps, Context((data, *found, None), comm, tag, fold, stream.synchronize), \
+        None, None

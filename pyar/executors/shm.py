@@ -27,10 +27,10 @@ access is its own C call, so no compiler reorders them either).
 Carving is collective over the node (every rank does it at the same call of
 the plan, in :meth:`Pool.channels`); a plan whose channels do not fit in
 what is left of some rank's segment sends through MPI (carved space is
-given back only with the communicator). Every wait is bounded
-(:data:`WAIT_SECONDS`, ``PYAR_SHM_TIMEOUT``; then pyar.TimeoutError); after
-a few polls a waiting rank yields its core, so that an oversubscribed node
-still moves. A call interrupted by an error leaves the plan's mailboxes out
+given back only with the communicator). Every wait goes through
+:func:`pyar.executors.progress.wait_for` (bounded by ``PYAR_TIMEOUT`` or a
+call's ``timeout=``); after a few polls a waiting rank yields its core, so
+that an oversubscribed node still moves. A call interrupted by an error leaves the plan's mailboxes out
 of step: later calls of that plan raise. ``PYAR_SHM_BYTES`` sets each rank's
 segment (default :data:`POOL_BYTES`; 0: no mailboxes, every message through
 MPI). ``PYAR_RANKS_PER_NODE``'s emulated nodes share no mailboxes.
@@ -40,20 +40,16 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 import zlib
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import TimeoutError
 from ..topology import Topology
+from . import progress
 
 POOL_BYTES = 4 << 20        # each rank's segment of a communicator's window
-WAIT_SECONDS = 1800.0       # the longest a rank waits for a mailbox (PYAR_SHM_TIMEOUT)
 _LINE = 64                  # bytes: counters and slots start on cache lines
-_SPINS = 64                 # polls before a waiting rank starts to yield its core
-_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store order
 
 
@@ -71,20 +67,10 @@ def _counter(segment: np.ndarray, offset: int) -> memoryview:
     return memoryview(segment[offset:offset + 8]).cast("q")
 
 
-def await_count(counter: memoryview, value: int, where: str, peer: int) -> int:
-    """``counter`` once it reaches ``value``; pyar.TimeoutError after WAIT_SECONDS."""
-    spins, deadline = 0, None
-    while (seen := counter[0]) < value:
-        spins += 1
-        if spins < _SPINS:
-            continue
-        _yield()
-        if deadline is None:
-            deadline = time.monotonic() + WAIT_SECONDS
-        elif spins % 1024 == 0 and time.monotonic() > deadline:
-            raise TimeoutError(f"{where}: waited {WAIT_SECONDS:.0f} s on the mailbox shared "
-                               f"with rank {peer} (did every rank make the same call?)")
-    return seen
+def await_count(counter: memoryview, value: int) -> int:
+    """``counter`` once it reaches ``value`` (the lean path's wait: no deadline)."""
+    progress.wait_for(lambda: counter[0] >= value, None, None)
+    return counter[0]
 
 
 class Channel:
@@ -229,12 +215,9 @@ def _setting(name: str, default, minimum, kind, what: str):
 
 def pool_of(comm: MPI.Comm) -> Pool | None:
     """The :class:`Pool` of ``comm``, made on the first call (collective) and freed with
-    ``comm``; None if PYAR_SHM_BYTES is 0. Reads PYAR_SHM_TIMEOUT into WAIT_SECONDS."""
+    ``comm``; None if PYAR_SHM_BYTES is 0."""
     found = comm.Get_attr(_KEYVAL)
     if found is None:
-        global WAIT_SECONDS
-        WAIT_SECONDS = _setting("PYAR_SHM_TIMEOUT", WAIT_SECONDS, 1e-3, float,
-                                "a number of seconds > 0")
         nbytes = _setting("PYAR_SHM_BYTES", POOL_BYTES, 0, int,
                           "an integer >= 0 (bytes of shared memory per rank; 0: none)")
         found = Pool(comm, nbytes) if nbytes else False

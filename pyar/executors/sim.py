@@ -57,24 +57,26 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum") -> SimResult:
     for allgather; all of one dtype; not modified. A barrier takes none.
     """
     op = ops.resolve(op)
-    collective, size, count = schedule.collective, schedule.size, schedule.count
-    if collective == "barrier":
+    record = collectives.collective(schedule.collective)
+    size, count = schedule.size, schedule.count
+    if record.count(1, size) == 0:          # a barrier: no input
         inputs = [np.zeros(0, np.uint8)] * size if inputs is None else inputs
     if inputs is None or len(inputs) != size:
         raise ValueError(f"need one input per rank: {size}, got "
                          f"{'none' if inputs is None else len(inputs)}")
     arrays = [np.asarray(x) for x in inputs]
     dtype = ops.check_dtype(arrays[0].dtype)
-    if collective in collectives.REDUCING:
+    if record.reduces:
         ops.check(op, dtype)
-    expected = count // size if collective == "allgather" else count
+    expected = record.x_size(count, size)
     for r, a in enumerate(arrays):
-        if a.dtype != dtype or collectives.data_count(collective, a.size, size) != count:
+        if a.dtype != dtype or record.count(a.size, size) != count:
             raise ValueError(f"input of rank {r} must have {expected} elements of {dtype} "
-                             f"(a {collective} of count {count}), got {a.size} of {a.dtype}")
+                             f"(a {record.name} of count {count}), got {a.size} of {a.dtype}")
+        record.check(a.shape, size)
     with _collector_paused():
         steps = [schedule.steps(r) for r in range(size)]
-        buffers = [{"data": collectives.load(collective, a, r, size),
+        buffers = [{"data": record.load(a, r, size),
                     "scratch": np.zeros(schedule.scratch_count(r), dtype),
                     "written": np.zeros(schedule.scratch_count(r), bool)}
                    for r, a in enumerate(arrays)]
@@ -83,8 +85,8 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum") -> SimResult:
         _run(steps, buffers, stats, op.reduction, node_of)
     outputs = []
     for r, (a, b) in enumerate(zip(arrays, buffers)):
-        out = collectives.result(collective, b["data"], a.shape, r, size, schedule.root)
-        if out is not None and collective in collectives.REDUCING:
+        out = record.result(b["data"], a.shape, r, size, schedule.root)
+        if out is not None and record.reduces:
             ops.finalize(out, op, size)
         outputs.append(out)
     return SimResult(outputs, stats)

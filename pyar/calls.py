@@ -1,0 +1,166 @@
+"""One call of a collective: validate locally, pick the algorithm, build the call's run.
+
+:func:`build` turns a record (:mod:`pyar.collectives`), the caller's numpy
+arrays and arguments into a :class:`~pyar.executors.progress.Run` of this
+rank's compiled plan (cached on the :class:`Comm`, agreed on by every rank
+at its first call) or of the MPI library's own collective, or, for a
+blocking call that may take the executor's lean paths, a function making
+it. :mod:`pyar.api` waits for the run or puts it in flight; the device path
+(:mod:`pyar.device`) builds its host calls here too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import buffers, ops, schedule as _schedule, tuner
+from .algorithms import LIBRARY, builder
+from .comm import Comm
+from .errors import MismatchError, ScheduleError
+from .executors import progress
+from .executors.mpi import RESIDENT_BYTES, Library, Plan
+from .executors.progress import Run
+from .kernels import HALF
+from .ops import Op
+
+
+def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remember=None,
+           then=None):
+    """(run, lean) of one call on the numpy array ``x``: the :class:`Run`, or for a blocking
+    call that may take the executor's lean paths (no deadline, no hook, nothing in
+    flight), None and a no-argument function making the call. ``then(result)`` maps the
+    result, if given (the device path's copy back)."""
+    buffers.check_array(x)
+    given_op = op
+    if record.reduces:
+        op = ops.resolve(op)
+        ops.check(op, x.dtype)
+    c = Comm.of(comm)
+    c.check_usable()
+    if record.rooted:
+        check_root(root, c.size)
+    record.check(x.shape, c.size)
+    timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
+    count = record.count(x.size, c.size)
+    name = tuner.select(record.name, algorithm, c.size, count, count * x.dtype.itemsize,
+                        x.dtype, topology=c.topology)
+    reduction = None if op is None else op.reduction
+    deadline = progress.deadline_of(timeout)
+    plan = None if name == LIBRARY else compiled(c, record.name, name, count, root, deadline)
+    direct = (record.direct and plan is not None and x.nbytes > RESIDENT_BYTES
+              and x.flags.c_contiguous and buffers.apart(x, out))
+    if direct:
+        plan = plan.out_of_place()
+    source = x.reshape(-1) if direct else None
+    work = record.prepare(x, out, c.rank, c.size, root, copy=not direct)   # last: writes out
+    tag = c.next_tag()
+    what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
+    step = library(record, c, x, work, reduction, root) if plan is None else None
+    abandon = None
+
+    def finish():
+        if op is Op.AVG and work.reduced is not None:
+            ops.finalize(work.reduced, op, c.size)
+        result = work.finish()
+        return result if then is None else then(result)
+
+    def failed(error):
+        if abandon is not None:
+            abandon()
+        c.abandon(what, error)
+        for forget in c.on_free:     # no cached signature of c may run again
+            forget(c)
+
+    if not nonblocking and deadline is None and progress.quiet():
+        def lean():
+            try:
+                if plan is None:
+                    step.run(None, None, None, None)
+                else:
+                    plan.run(c.mpi, tag, work.data, reduction, source)
+            except BaseException as e:
+                failed(e)
+                raise
+            if remember is not None:
+                remember(x, given_op, algorithm, comm, c, plan, reduction, op)
+            return finish()
+        return None, lean
+    if plan is None:
+        steps, ctx, done = [step], None, None
+    else:
+        steps, ctx, done, abandon = plan.execution(c.mpi, tag, work.data, reduction, source,
+                                                   alone=not nonblocking)
+    if done is not None:
+        end = finish
+
+        def finish():
+            done()
+            return end()
+    return Run(steps, ctx, finish, what, failed, deadline), None
+
+
+def library(record, c, x, work, reduction, root) -> Library:
+    """The MPI library's own collective on the call's buffers, as one step (half types,
+    which MPI does not reduce, widened to float32 and rounded back once at the end)."""
+    send, recv, after = record.library_buffers(x, work, c.rank, root)
+    if reduction is not None and send.dtype in HALF:
+        narrow, inner = recv, after
+        in_place = recv is send
+        send = send.astype(np.float32)
+        recv = send if in_place else None if narrow is None else np.empty(narrow.shape,
+                                                                          np.float32)
+
+        def after():
+            if narrow is not None:
+                narrow[...] = recv
+            if inner is not None:
+                inner()
+    return Library(lambda start: record.library(c.mpi, send, recv, reduction, root, start),
+                   after)
+
+
+def check_root(root, size):
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+        raise ValueError(f"root must be a rank in [0, {size}), got {root!r}")
+
+
+def compiled(c: Comm, collective: str, name: str, count: int, root: int = 0,
+             deadline=None) -> Plan:
+    """This rank's compiled plan, cached on the Comm (a re-registered name makes a new one)."""
+    build = builder(name, collective)
+    key = (collective, name, build, count, int(root))
+    plan = c.plans.get(key)
+    if plan is None:
+        plan = c.remember(key, _compile_everywhere(c, collective, name, build, count, int(root),
+                                                   deadline))
+    return plan
+
+
+def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline) -> Plan:
+    """Compile this rank's plan and agree with the other ranks that all of them could.
+
+    A plan is compiled on the first call with its arguments, on every rank
+    alike if they call alike, so one small allreduce here turns a builder that
+    fails on some ranks, or ranks that disagree on algorithm, count or root,
+    into an error on every rank instead of a hang (and a rank that does not
+    call at all into a TimeoutError on the others, given a deadline).
+    """
+    error = None
+    try:
+        plan = Plan(_schedule.build(collective, name, c.size, count, build, c.topology, root),
+                    c.rank)
+    except Exception as e:      # re-raised below, once the other ranks know
+        error = e
+    everyone_ok, same_call = c.agree(error is None, f"{collective}/{name}/{count}/{root}",
+                                     deadline)
+    if error is not None:
+        raise error
+    if not everyone_ok:
+        raise ScheduleError(f"another rank failed to build its {name} {collective} schedule "
+                            f"for count {count}; its error says why")
+    if not same_call:
+        raise MismatchError(f"ranks called {collective} with different algorithms, counts or "
+                            f"roots (here: {name}, count {count}, root {root})")
+    return plan
+
+

@@ -1,0 +1,40 @@
+"""barrier: no rank returns before every rank has entered."""
+
+import numpy as np
+
+from . import Collective, Work, register_collective
+
+_NOTHING = np.empty(0, np.uint8)
+
+
+class Barrier(Collective):
+    name = "barrier"
+    in_place = False
+    library_name = "comm.Barrier"
+
+    def factor(self, size):
+        return 0.0
+
+    def count(self, x_size, size):
+        return 0
+
+    def result_shape(self, shape, size, rank):
+        return None
+
+    def load(self, x, rank, size):
+        return _NOTHING
+
+    def result(self, data, shape, rank, size, root):
+        return None
+
+    def prepare(self, x, out, rank, size, root, copy=True):
+        return Work(_NOTHING, None, lambda: None)
+
+    def library(self, comm, x, out, reduction, root, start=False):
+        return comm.Ibarrier() if start else comm.Barrier()
+
+    def expected(self, inputs, rank, root, op):
+        return None, None
+
+
+BARRIER = register_collective(Barrier())

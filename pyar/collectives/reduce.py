@@ -1,0 +1,49 @@
+"""reduce: the reduction of every rank's ``x`` on ``root``; the other ranks get None."""
+
+import numpy as np
+
+from .. import verify
+from ..executors import mpi
+from . import Collective, Work, register_collective
+
+
+class Reduce(Collective):
+    name = "reduce"
+    reduces = True
+    rooted = True
+    library_name = "comm.Reduce"
+
+    def factor(self, size):
+        return 1.0
+
+    def result(self, data, shape, rank, size, root):
+        return data.reshape(shape) if rank == root else None
+
+    def prepare(self, x, out, rank, size, root, copy=True):
+        """On the root as allreduce; elsewhere ``out`` is ignored and partial sums land in a
+        copy of x (in x itself if ``out is x``)."""
+        if rank == root:
+            return super().prepare(x, out, rank, size, root)
+        if out is x and x.flags.c_contiguous and x.flags.writeable:
+            data = x.reshape(-1)
+        else:
+            data = np.array(x, order="C").reshape(-1)
+        return Work(data, None, lambda: None)
+
+    def library(self, comm, x, out, reduction, root, start=False):
+        call = comm.Ireduce if start else comm.Reduce
+        if comm.Get_rank() != root:
+            return call(mpi.typed(x), None, mpi.library_op(reduction), root)
+        return call(mpi.IN_PLACE if out is x else mpi.typed(x), mpi.typed(out),
+                    mpi.library_op(reduction), root)
+
+    def library_buffers(self, x, work, rank, root):
+        return work.data, work.data if rank == root else None, None
+
+    def expected(self, inputs, rank, root, op):
+        if rank != root:
+            return None, None
+        return verify.reference(inputs, op), verify.magnitude(inputs, op)
+
+
+REDUCE = register_collective(Reduce())

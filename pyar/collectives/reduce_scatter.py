@@ -1,0 +1,70 @@
+"""reduce_scatter: ``x.ravel()`` reduced over all ranks and cut as numpy.array_split cuts it;
+rank r gets block r (seed 4.4: the first half of ZeRO's allreduce)."""
+
+import numpy as np
+
+from .. import buffers, verify
+from ..executors import mpi
+from . import Collective, Work, block, register_collective
+
+
+class ReduceScatter(Collective):
+    name = "reduce_scatter"
+    reduces = True
+    blocked = True
+    library_name = "comm.Reduce_scatter"
+
+    def factor(self, size):
+        return (size - 1) / size
+
+    def result_shape(self, shape, size, rank):
+        b = block(int(np.prod(shape)), size, rank)
+        return (b.stop - b.start,)
+
+    def result(self, data, shape, rank, size, root):
+        return data[block(data.size, size, rank)]
+
+    def prepare(self, x, out, rank, size, root, copy=True):
+        """``out is x``: x is worked in (overwritten) and the result is a view of its block,
+        if x is contiguous; otherwise the block comes back new."""
+        mine = block(x.size, size, rank)
+        if out is not None and out is not x:
+            buffers.check_out(out, (mine.stop - mine.start,), x.dtype, "the block's")
+        if out is x and x.flags.c_contiguous:
+            if not x.flags.writeable:
+                raise ValueError("x is read-only, so it cannot be reduced in place")
+            data = x.reshape(-1)
+            return Work(data, data[mine], lambda: data[mine])
+        data = np.array(x, order="C").reshape(-1)
+
+        def finish():
+            if out is None or out is x:
+                return data[mine].copy()    # not a view that keeps all of data alive
+            out[...] = data[mine]
+            return out
+        return Work(data, data[mine], finish)
+
+    def library(self, comm, x, out, reduction, root, start=False):
+        counts = [b.stop - b.start for b in (block(x.size, comm.Get_size(), r)
+                                             for r in range(comm.Get_size()))]
+        call = comm.Ireduce_scatter if start else comm.Reduce_scatter
+        return call(mpi.typed(x), mpi.typed(out), counts, mpi.library_op(reduction))
+
+    def library_buffers(self, x, work, rank, root):
+        mine = work.reduced
+        block_out = np.empty_like(mine)
+
+        def after():
+            mine[...] = block_out
+        return work.data, block_out, after
+
+    def expected(self, inputs, rank, root, op):
+        mine = block(inputs[0].size, len(inputs), rank)
+        return (verify.reference(inputs, op).reshape(-1)[mine],
+                verify.magnitude(inputs, op).reshape(-1)[mine])
+
+    def shapes(self, size, count):
+        return (size * count,), (count,)
+
+
+REDUCE_SCATTER = register_collective(ReduceScatter())

@@ -1,0 +1,324 @@
+"""Progress: the one wait of pyar, its event hook, and the collectives in flight.
+
+A collective call is a :class:`Run`: a compiled plan's steps (or the MPI
+library's own nonblocking collective, as one step) on the call's buffers.
+Every step, whatever its transport (paired ``MPI_Sendrecv``, ``Isend``/
+``Irecv``, shared-memory mailboxes, device buffers), has one protocol::
+
+    start(ctx)      post its transfers
+    test(ctx)       True once they are all complete (never blocks)
+    finish(ctx)     fold and copy what arrived, in the schedule's order
+    run(...)        start, block, finish: the lean path, used only when nothing
+                    else needs attention (no deadline, no hook, nothing in flight)
+    pending(ctx)    the peers it still waits for (for error messages)
+
+:meth:`Run.progress` advances a run as far as it can without blocking, so a
+nonblocking collective is a run the caller's ``test``/``wait``, the next
+pyar call, or a progress thread (:class:`Progress`, ``PYAR_PROGRESS_THREAD=1``)
+progresses. Every wait goes through :func:`wait_for`, which polls with a
+deadline, advances every run in flight meanwhile (so ranks that wait for
+their requests in different orders, or make a blocking call while another
+is in flight, still meet), yields the core after a few polls, and raises
+:class:`pyar.TimeoutError` naming the collective, its sequence number on
+the communicator, the step and the peer. :data:`hook`, when set, is called
+as ``hook(event, run, step)`` for ``"post"`` and ``"complete"`` of every
+step and ``"done"`` of every run; unset, it costs nothing, since the lean
+paths are only taken then.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+
+from ..errors import PyarError, TimeoutError
+
+hook = None                 # hook(event, run, step) or None; see the module docstring
+OPEN: list = []             # runs in flight (nonblocking collectives not yet complete)
+SPINS = 64                  # polls before a waiting rank starts to yield its core
+_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+_monotonic = time.monotonic
+
+
+class Run:
+    """One collective call: ``steps`` run one after another with ``ctx`` (their buffers and
+    communicator), then ``finish()`` gives its result; ``what`` names it in errors (e.g.
+    ``"allreduce #12 (ring, 1024 float32)"``), ``on_error(exc)`` is told if it fails."""
+
+    __slots__ = ("steps", "ctx", "index", "started", "finish", "what", "on_error", "result",
+                 "error", "done", "deadline", "__weakref__")
+
+    def __init__(self, steps, ctx, finish, what, on_error=None, deadline=None):
+        self.steps, self.ctx, self.finish, self.what = steps, ctx, finish, what
+        self.on_error, self.deadline = on_error, deadline
+        self.index, self.started, self.done = 0, False, False
+        self.result = self.error = None
+
+    def progress(self) -> bool:
+        """Advance as far as possible without blocking; True once complete (or failed)."""
+        if self.done:
+            return True
+        try:
+            steps, ctx = self.steps, self.ctx
+            while self.index < len(steps):
+                step = steps[self.index]
+                if not self.started:
+                    step.start(ctx)
+                    self.started = True
+                    if hook is not None:
+                        hook("post", self, self.index)
+                if not step.test(ctx):
+                    return False
+                step.finish(ctx)
+                if hook is not None:
+                    hook("complete", self, self.index)
+                self.index += 1
+                self.started = False
+            self.result = self.finish()
+        except BaseException as e:
+            self.fail(e)
+        self.done = True
+        if hook is not None:
+            hook("done", self, self.index)
+        return True
+
+    def fail(self, error: BaseException) -> None:
+        """Record ``error`` as this run's outcome and tell its owner (once)."""
+        if self.error is None:
+            self.error = error
+            if self.on_error is not None:
+                self.on_error(error)
+        self.done = True
+
+    def complete(self, deadline=None):
+        """Block until done (deadline: a ``time.monotonic()`` value, or None); the result, or
+        the run's error raised."""
+        if not self.done:
+            if self.deadline is not None:
+                deadline = self.deadline if deadline is None else min(deadline, self.deadline)
+            try:
+                wait_for(self.progress, deadline, self.stalled)
+            except BaseException as e:
+                self.fail(e)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def stalled(self, waited: float) -> TimeoutError:
+        """The error of a wait on this run that ran past its deadline."""
+        where = "before its first step"
+        if self.index < len(self.steps):
+            step = self.steps[self.index]
+            peers = step.pending(self.ctx) if self.started else []
+            waiting = (f" for rank{'s' if len(peers) > 1 else ''} "
+                       f"{', '.join(map(str, peers))}" if peers else "")
+            where = f"step {self.index} of {len(self.steps)} waited{waiting}"
+        return TimeoutError(f"{self.what}: {where}; no progress for {waited:.1f} s (did every "
+                            f"rank call it, and with the same arguments?)")
+
+
+def wait_for(test, deadline, stalled) -> None:
+    """Poll ``test()`` until it is true: every wait in pyar comes here.
+
+    Meanwhile every run in flight is advanced. ``deadline`` is a
+    ``time.monotonic()`` value or None (wait for ever, as MPI does); past it,
+    ``stalled(seconds waited)`` is raised.
+    """
+    spins, began = 0, None
+    while not test():
+        if OPEN:
+            progress_open()
+        spins += 1
+        if spins < SPINS:
+            continue
+        _yield()
+        if deadline is not None:
+            now = _monotonic()
+            if began is None:
+                began = now
+            if now > deadline:
+                raise stalled(now - began + SPINS * 1e-7)
+
+
+def progress_open() -> None:
+    """Advance every run in flight once; those that complete leave :data:`OPEN`."""
+    for run in list(OPEN):
+        if run.progress():
+            OPEN.remove(run)
+
+
+def deadline_of(timeout) -> float | None:
+    """The ``time.monotonic()`` deadline of a wait of ``timeout`` seconds (None: none)."""
+    return None if timeout is None else _monotonic() + timeout
+
+
+def check_timeout(timeout) -> float | None:
+    """``timeout`` as seconds > 0, or None; ValueError otherwise."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a number of seconds > 0, or None, got {timeout!r}")
+    return float(timeout)
+
+
+class Request:
+    """A nonblocking collective in flight (``pyar.iallreduce`` and its siblings).
+
+    ``test()`` advances it and says whether it is complete; ``wait(timeout=None)``
+    blocks until it is and returns its result (raising its error, if it failed);
+    ``done`` and ``result`` read its state. It is advanced by its own
+    ``test``/``wait``, by any other pyar call's waits, and by a progress thread
+    if one runs (:class:`Progress`). The input ``x`` must not be written, nor
+    the result read, until it is complete (as MPI's nonblocking collectives
+    require). A request dropped before completion warns, and is still
+    completed by later pyar calls (its buffers are held until then).
+    """
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: Run):
+        self._run = run
+
+    def __repr__(self):
+        state = "done" if self._run.done else f"step {self._run.index} of {len(self._run.steps)}"
+        return f"<pyar.Request {self._run.what}: {state}>"
+
+    def test(self) -> bool:
+        """Advance this request (and every other in flight); whether it is complete."""
+        with _lock:
+            if OPEN:
+                progress_open()
+            return self._run.progress()
+
+    def wait(self, timeout=None):
+        """Block until complete (at most ``timeout`` seconds: then pyar.TimeoutError) and
+        return the collective's result."""
+        deadline = deadline_of(check_timeout(timeout))
+        with _lock:
+            return self._run.complete(deadline)
+
+    @property
+    def done(self) -> bool:
+        return self._run.done
+
+    @property
+    def result(self):
+        """The collective's result; PyarError if the request is not complete yet."""
+        run = self._run
+        if not run.done:
+            raise PyarError(f"{run.what} is not complete yet: wait() for it first")
+        if run.error is not None:
+            raise run.error
+        return run.result
+
+    def __del__(self):
+        run = self._run
+        if not run.done:
+            warnings.warn(f"pyar.Request for {run.what} dropped before it completed: wait() "
+                          f"for every request (later pyar calls complete it meanwhile)",
+                          ResourceWarning, stacklevel=2)
+
+
+def start(run: Run) -> Request:
+    """Put ``run`` in flight and advance it once; its :class:`Request`."""
+    with _lock:
+        if OPEN:
+            progress_open()
+        if not run.progress():
+            OPEN.append(run)
+        _wake.set()
+    return Request(run)
+
+
+def wait_all(requests, timeout=None) -> list:
+    """Wait for every request (``timeout`` seconds in all); their results, in order."""
+    deadline = deadline_of(check_timeout(timeout))
+    with _lock:
+        return [r._run.complete(deadline) for r in requests]
+
+
+def test_any(requests) -> int | None:
+    """Advance every request once; the index of one that is complete, else None."""
+    with _lock:
+        progress_open()
+        for i, r in enumerate(requests):
+            if r._run.progress():
+                return i
+    return None
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_lock = _NoLock()           # a threading.RLock while a progress thread runs
+_wake = threading.Event()   # set when a run is put in flight
+_thread: threading.Thread | None = None
+_users = 0
+POLL_SECONDS = 50e-6        # the progress thread's pause between passes
+
+
+def _progress_loop():
+    while _thread is threading.current_thread():
+        if not OPEN:
+            _wake.wait(0.05)
+            _wake.clear()
+            continue
+        with _lock:
+            progress_open()
+        time.sleep(POLL_SECONDS)    # gives the GIL back, so the caller's Python goes on
+
+
+class Progress:
+    """A background thread that advances the collectives in flight, so they overlap work
+    that does not call into pyar (``with pyar.Progress(): ...``; nests; also started at
+    import with ``PYAR_PROGRESS_THREAD=1``). While it runs, pyar's calls take a lock
+    and the MPI library must provide MPI_THREAD_MULTIPLE (mpi4py asks for it)."""
+
+    def __enter__(self):
+        global _thread, _lock, _users
+        _users += 1
+        if _thread is None:
+            from mpi4py import MPI
+
+            if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+                _users -= 1
+                raise PyarError("pyar.Progress needs MPI_THREAD_MULTIPLE; this MPI was "
+                                "initialized with less (mpi4py.rc.thread_level)")
+            _lock = threading.RLock()
+            _thread = threading.Thread(target=_progress_loop, name="pyar-progress",
+                                       daemon=True)
+            _thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        global _thread, _lock, _users
+        _users -= 1
+        if _users == 0 and _thread is not None:
+            thread, _thread = _thread, None
+            _wake.set()
+            thread.join()
+            _lock = _NoLock()
+        return False
+
+
+def running() -> bool:
+    """Whether a progress thread runs."""
+    return _thread is not None
+
+
+def quiet() -> bool:
+    """Whether a blocking call may take the lean paths: no hook, nothing in flight, no
+    progress thread."""
+    return hook is None and not OPEN and _thread is None
+
+
+def lock():
+    """The lock pyar's calls hold while a progress thread runs (else one that does nothing)."""
+    return _lock

@@ -46,15 +46,16 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                         x.dtype, topology=c.topology)
     reduction = None if op is None else op.reduction
     deadline = progress.deadline_of(timeout)
-    plan = None if name == LIBRARY else compiled(c, record.name, name, count, root, deadline)
+    tag = c.next_tag()
+    what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
+    plan = None if name == LIBRARY else compiled(c, record.name, name, count, root, deadline,
+                                                 what)
     direct = (record.direct and plan is not None and x.nbytes > RESIDENT_BYTES
               and x.flags.c_contiguous and buffers.apart(x, out))
     if direct:
         plan = plan.out_of_place()
     source = x.reshape(-1) if direct else None
     work = record.prepare(x, out, c.rank, c.size, root, copy=not direct)   # last: writes out
-    tag = c.next_tag()
-    what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
     step = library(record, c, x, work, reduction, root) if plan is None else None
     abandon = None
 
@@ -107,8 +108,7 @@ def library(record, c, x, work, reduction, root) -> Library:
         narrow, inner = recv, after
         in_place = recv is send
         send = send.astype(np.float32)
-        recv = send if in_place else None if narrow is None else np.empty(narrow.shape,
-                                                                          np.float32)
+        recv = send if in_place else None if narrow is None else narrow.astype(np.float32)
 
         def after():
             if narrow is not None:
@@ -125,18 +125,19 @@ def check_root(root, size):
 
 
 def compiled(c: Comm, collective: str, name: str, count: int, root: int = 0,
-             deadline=None) -> Plan:
+             deadline=None, what: str = "") -> Plan:
     """This rank's compiled plan, cached on the Comm (a re-registered name makes a new one)."""
     build = builder(name, collective)
     key = (collective, name, build, count, int(root))
     plan = c.plans.get(key)
     if plan is None:
         plan = c.remember(key, _compile_everywhere(c, collective, name, build, count, int(root),
-                                                   deadline))
+                                                   deadline, what or collective))
     return plan
 
 
-def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline) -> Plan:
+def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline,
+                        what) -> Plan:
     """Compile this rank's plan and agree with the other ranks that all of them could.
 
     A plan is compiled on the first call with its arguments, on every rank
@@ -152,7 +153,7 @@ def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline)
     except Exception as e:      # re-raised below, once the other ranks know
         error = e
     everyone_ok, same_call = c.agree(error is None, f"{collective}/{name}/{count}/{root}",
-                                     deadline)
+                                     deadline, what)
     if error is not None:
         raise error
     if not everyone_ok:

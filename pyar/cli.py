@@ -1,4 +1,4 @@
-"""The ``pyar`` command (also ``python -m pyar``): info, bench, sim, model and tune."""
+"""The ``pyar`` command (also ``python -m pyar``): info, bench, overlap, sim, model and tune."""
 
 from __future__ import annotations
 
@@ -62,6 +62,15 @@ def bench(args) -> int:
             b.plot(report, args.plot)
             print(f"# plot: {args.plot}", flush=True)
     return 1 if report["summary"]["wrong"] else 0
+
+
+def overlap(args) -> int:
+    from pyar import overlap as o
+    from pyar.bench import parse_size
+
+    o.run(buckets=args.buckets, nbytes=parse_size(args.bytes), compute=args.compute_ms / 1e3,
+          repeats=args.repeats, numpy_work=args.numpy, algorithm=args.algo)
+    return 0
 
 
 def sim(args) -> int:
@@ -207,6 +216,16 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="FILE", help="write the configuration and every row")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw busbw against size (needs matplotlib: pip install 'pyar[plot]')")
+    p = sub.add_parser("overlap", help="how much of a step's gradient allreduces nonblocking "
+                                       "calls hide behind compute (run under mpiexec)")
+    p.add_argument("--buckets", type=int, default=4, help="buckets per step (default 4)")
+    p.add_argument("--bytes", default="4M", help="bytes of float32 per bucket (default 4M)")
+    p.add_argument("--compute-ms", type=float, default=20.0,
+                   help="work before each bucket is ready, in ms (default 20)")
+    p.add_argument("--repeats", type=int, default=10, help="timed steps (default 10)")
+    p.add_argument("--numpy", action="store_true",
+                   help="numpy work (holds the GIL at times) instead of a GIL-free wait")
+    p.add_argument("-a", "--algo", default="auto", help="allreduce algorithm (default auto)")
     p = sub.add_parser("sim", help="simulate algorithms for many ranks in this process: "
                                    "steps, traffic, time, correctness")
     p.add_argument("-a", "--algo", default="all", help="comma list of algorithms, or all")
@@ -238,7 +257,7 @@ def main(argv=None) -> int:
                         "$XDG_CACHE_HOME/pyar/tuning.json)")
     args = parser.parse_args(argv)
     try:
-        return {"info": info, "bench": bench, "sim": sim, "model": model,
+        return {"info": info, "bench": bench, "overlap": overlap, "sim": sim, "model": model,
                 "tune": tune}[args.command](args)
     except (ValueError, TypeError) as e:
         parser.exit(2, f"pyar {args.command}: {e}\n")

@@ -102,16 +102,16 @@ def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblockin
     timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
     deadline = progress.deadline_of(timeout)
     stream = cupy.cuda.get_current_stream()
-    what = f"{record.name} #{c.seq + 1} ({name}, {x.size} {x.dtype}, device)"
+    tag = c.next_tag()
+    what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype}, device)"
     if name == LIBRARY:
-        c.next_tag()
         work = Work(data, record.result(data, x.shape, c.rank, c.size, root), None)
         step = calls.library(record, c, x, work, reduction, root)
         stream.synchronize()        # (the widening of half types, too) before MPI reads it
         steps, ctx, done, abandon = [step], None, None, None
     else:
-        plan = calls.compiled(c, record.name, name, count, root, deadline)
-        steps, ctx, done, abandon = cuda.execution(plan, c.mpi, c.next_tag(), data, reduction,
+        plan = calls.compiled(c, record.name, name, count, root, deadline, what)
+        steps, ctx, done, abandon = cuda.execution(plan, c.mpi, tag, data, reduction,
                                                    alone=not nonblocking)
 
     def finish():

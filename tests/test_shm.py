@@ -8,8 +8,7 @@ from mpi4py import MPI
 from pyar.executors import shm
 
 
-@pytest.mark.parametrize("name,value", [("PYAR_SHM_BYTES", "-1"), ("PYAR_SHM_BYTES", "4M"),
-                                        ("PYAR_SHM_TIMEOUT", "0"), ("PYAR_SHM_TIMEOUT", "x")])
+@pytest.mark.parametrize("name,value", [("PYAR_SHM_BYTES", "-1"), ("PYAR_SHM_BYTES", "4M")])
 def test_bad_settings_say_what_was_expected(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     comm = MPI.COMM_SELF.Dup()

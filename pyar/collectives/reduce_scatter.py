@@ -52,7 +52,7 @@ class ReduceScatter(Collective):
 
     def library_buffers(self, x, work, rank, root):
         mine = work.reduced
-        block_out = np.empty_like(mine)
+        block_out = mine.copy()             # (of mine's array type: numpy or cupy)
 
         def after():
             mine[...] = block_out

@@ -207,12 +207,10 @@ def test_freeing_a_communicator_frees_its_persistent_requests_and_mailboxes(comm
           f"pool {pool and pool.win}, running one afterwards: {error!r}")
 
 
-def test_a_rank_left_waiting_on_a_mailbox_times_out(comm, monkeypatch):
-    """Ranks 0 and 1 set up their mailboxes with a first call; then rank 0 calls alone and
-    gets pyar.TimeoutError after shm.WAIT_SECONDS instead of waiting for ever, and from then
-    on an error from that plan (its mailboxes are out of step)."""
-    from pyar.executors import shm
-
+def test_a_rank_left_waiting_on_a_mailbox_times_out(comm):
+    """Ranks 0 and 1 set up their mailboxes with a first call; then rank 0 calls alone with a
+    timeout and gets pyar.TimeoutError naming the call, the step and the peer instead of
+    waiting for ever, and from then on an error from that communicator (out of step)."""
     if comm.size == 1:
         pytest.skip("needs another rank")
     pair = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)
@@ -223,12 +221,12 @@ def test_a_rank_left_waiting_on_a_mailbox_times_out(comm, monkeypatch):
         plan = next(iter(pyar.Comm.of(pair).plans.values()))
         boxes = any(channels and channels.out for channels in plan._channels.values())
         if boxes and pair.rank == 0:        # (none with PYAR_SHM_BYTES=0)
-            monkeypatch.setattr(shm, "WAIT_SECONDS", 0.5)
             again = [outcome(lambda: pyar.allreduce(x, algorithm="recursive_doubling",
-                                                    comm=pair)) for _ in range(2)]
-            ok = isinstance(again[0], pyar.TimeoutError) and "mailbox shared with rank 1" in \
-                str(again[0]) and isinstance(again[1], pyar.PyarError) and \
-                "interrupted by an error" in str(again[1])
+                                                    comm=pair, timeout=0.5)) for _ in range(2)]
+            ok = isinstance(again[0], pyar.TimeoutError) and \
+                "allreduce #2 on rank 0" in str(again[0]) and \
+                "step 0 of 1 waited for rank 1" in str(again[0]) and \
+                isinstance(again[1], pyar.PyarError) and "unusable" in str(again[1])
             what = repr(again)
         pair.Free()
     agree(comm, ok, f"got {what}")
@@ -330,9 +328,17 @@ def test_ranks_disagreeing_on_the_count_all_get_a_mismatch_error(comm):
 
 
 def test_a_short_message_is_an_error_not_stale_data(comm):
+    """The receiver raises; its communicator is unusable from then on (its ranks may be out
+    of step), with an error that says which call failed and how."""
     if comm.size == 1:
         pytest.skip("needs another rank")
-    error = outcome(lambda: pyar.allreduce(np.ones(4), algorithm="short_message"))
+    mine = pyar.Comm(comm)
+    error = outcome(lambda: pyar.allreduce(np.ones(4), algorithm="short_message", comm=mine))
     expected = "received 24 bytes from peer 0, expected 32"
-    agree(comm, (isinstance(error, pyar.ScheduleError) and expected in str(error))
-          if comm.rank == 1 else error is None, f"got {error!r}")
+    later = outcome(lambda: pyar.allreduce(np.ones(4), algorithm="ring", comm=mine)) \
+        if comm.rank == 1 else None
+    agree(comm, (isinstance(error, pyar.ScheduleError) and expected in str(error)
+                 and isinstance(later, pyar.PyarError) and "unusable" in str(later)
+                 and "allreduce #1 on rank 1 (short_message" in str(later))
+          if comm.rank == 1 else error is None, f"got {error!r}, then {later!r}")
+    mine.free()

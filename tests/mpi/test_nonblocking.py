@@ -1,0 +1,133 @@
+"""Nonblocking collectives: every collective and algorithm in flight together, completed in
+orders that differ between ranks, interleaved with blocking calls and the user's own
+point-to-point traffic; results bitwise those of the blocking calls."""
+
+import warnings
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import pyar
+from pyar.collectives import records
+from pyar.ops import Op
+from pyar.verify import sample
+
+from checks import agree
+
+CASES = [(r.name, a) for r in records() for a in pyar.algorithms(r.name)]
+
+
+def inputs(record, comm, count, seed):
+    """x for ``record`` (a block's ``count`` elements per rank where it is blocked)."""
+    shape, _ = record.shapes(comm.size, count)
+    op = Op.SUM if record.reduces else Op.SUM
+    return sample(comm.rank, int(np.prod(shape)), np.float64, op, seed).reshape(shape)
+
+
+def call(record, x, algorithm, nonblocking, root):
+    if record.name == "barrier":
+        return (pyar.ibarrier if nonblocking else pyar.barrier)(algorithm=algorithm)
+    return pyar.collective(record.name, x, root=root if record.rooted else 0,
+                           algorithm=algorithm, nonblocking=nonblocking)
+
+
+def same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("collective,algorithm", CASES)
+def test_many_in_flight_completed_in_shuffled_orders(comm, collective, algorithm):
+    """Six calls of two sizes (one small enough for mailboxes, one not) in flight, with a
+    blocking call and user traffic (same tags) between them, waited for in a per-rank
+    order; each equals the blocking call on the same input."""
+    record = pyar.collectives.collective(collective)
+    root = comm.size - 1
+    xs = [inputs(record, comm, count, seed) for seed, count in
+          enumerate([3, 20000, 7, 20001, 1, 0])]
+    expected = [call(record, x.copy(), algorithm, False, root) for x in xs]
+    requests, user = [], np.zeros(1, np.int64)
+    peer_right, peer_left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    for i, x in enumerate(xs):
+        requests.append(call(record, x.copy(), algorithm, True, root))
+        if i == 2:      # a blocking call while others are in flight
+            middle = call(record, xs[0].copy(), algorithm, False, root)
+        comm.Sendrecv(np.array([i], np.int64), peer_right, 1, user, peer_left, 1)  # user traffic
+    order = np.random.default_rng(comm.rank).permutation(len(requests))
+    results = {}
+    for i in order:
+        results[i] = requests[i].wait(timeout=60)
+    wrong = [i for i in range(len(xs)) if not same(results[i], expected[i])]
+    if not same(middle, expected[0]):
+        wrong.append("blocking in the middle")
+    agree(comm, not wrong and all(r.done for r in requests),
+          f"{collective} {algorithm}: wrong {wrong}")
+
+
+def test_wait_all_test_any_and_request_state(comm):
+    xs = [np.full(10, comm.rank + i, np.float32) for i in range(4)]
+    requests = [pyar.iallreduce(x, algorithm="ring") for x in xs]
+    seen = set()
+    while len(seen) < len(requests):
+        i = pyar.test_any([r for j, r in enumerate(requests) if j not in seen])
+        if i is not None:
+            seen.add([j for j in range(len(requests)) if j not in seen][i])
+    results = pyar.wait_all(requests)
+    total = sum(range(comm.size))
+    agree(comm, all(np.array_equal(r, np.full(10, total + i * comm.size, np.float32))
+                    for i, r in enumerate(results)) and requests[0].result is results[0],
+          f"{results}")
+    request = pyar.iallreduce(np.ones(3), algorithm="mpi")
+    before = request.done
+    value = request.wait()
+    agree(comm, request.done and np.array_equal(value, np.full(3, comm.size)) and
+          (before or not before), repr(request))
+    with pytest.raises(ValueError, match="timeout must be"):
+        pyar.iallreduce(np.ones(3), timeout=-1)
+
+
+def test_a_dropped_request_warns_and_later_calls_are_right(comm):
+    x = np.arange(50000, dtype=np.float64) + comm.rank
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pyar.iallreduce(x, algorithm="ring")            # dropped at once
+    warned = any(issubclass(w.category, ResourceWarning) and "dropped" in str(w.message)
+                 for w in caught) or comm.size == 1
+    y = pyar.allreduce(x, algorithm="ring")
+    want = np.arange(50000, dtype=np.float64) * comm.size + sum(range(comm.size))
+    agree(comm, warned and np.array_equal(y, want), f"warned {warned}, {y[:3]} vs {want[:3]}")
+
+
+def test_a_progress_thread_completes_requests_nobody_waits_for(comm):
+    import time
+
+    x = np.arange(1 << 18, dtype=np.float32) + comm.rank
+    with pyar.Progress():
+        requests = [pyar.iallreduce(x, algorithm=a) for a in ("ring", "rabenseifner")]
+        deadline = time.monotonic() + 60
+        while not all(r.done for r in requests) and time.monotonic() < deadline:
+            time.sleep(0.001)                           # no pyar call: the thread progresses
+        done = all(r.done for r in requests)
+        results = pyar.wait_all(requests)
+    want = np.arange(1 << 18, dtype=np.float32) * comm.size + sum(range(comm.size))
+    agree(comm, done and all(np.array_equal(r, want) for r in results), f"done {done}")
+
+
+def test_nonblocking_cupy_stand_in(comm):
+    """The device path's requests (staged through pinned host memory), on the stand-in."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import fake_cupy
+
+    fake_cupy.install()
+    cupy = sys.modules["cupy"]
+    host = np.arange(1000, dtype=np.float32) + comm.rank
+    requests = [pyar.iallreduce(cupy.asarray(host + i), algorithm="ring") for i in range(3)]
+    results = [r.wait(timeout=60).get() for r in reversed(requests)][::-1]
+    want = np.arange(1000, dtype=np.float32) * comm.size + sum(range(comm.size))
+    agree(comm, all(np.array_equal(r, want + i * comm.size) for i, r in enumerate(results)),
+          f"{[r[:2] for r in results]}")

@@ -12,7 +12,7 @@ from launch import explain, run
 
 import pyar
 from pyar import calibrate, cost, tuner
-from pyar.algorithms import COLLECTIVES, _registry
+from pyar.algorithms import COLLECTIVES
 from pyar.schedule import Chunk, Recv, Send, Step
 from pyar.topology import Topology
 
@@ -196,9 +196,9 @@ def needs_topology(rank, size, count, topology=None):
 
 
 @pytest.fixture
-def user_algorithms(monkeypatch):
-    monkeypatch.setitem(_registry["allreduce"], "aaa_swap", swap)
-    monkeypatch.setitem(_registry["allreduce"], "needs_topology", needs_topology)
+def user_algorithms(monkeypatch, scratch_registry):
+    pyar.register_algorithm("aaa_swap")(swap)
+    pyar.register_algorithm("needs_topology")(needs_topology)
     monkeypatch.setattr(tuner, "_considered", {})
     monkeypatch.setattr(tuner, "_memo", {})
 

@@ -195,28 +195,30 @@ def needs_topology(rank, size, count, topology=None):
     return []
 
 
-@pytest.fixture
-def user_algorithms(monkeypatch, scratch_registry):
+def test_user_algorithms_join_auto_only_when_registered_with_auto(tuning, scratch_registry):
+    tuning("any", alpha=1e-5, beta=1e-11, gamma={"float32": 1e-11})
     pyar.register_algorithm("aaa_swap")(swap)
     pyar.register_algorithm("needs_topology")(needs_topology)
-    monkeypatch.setattr(tuner, "_considered", {})
-    monkeypatch.setattr(tuner, "_memo", {})
-
-
-def test_user_algorithms_join_auto_only_when_considered(tuning, user_algorithms):
-    tuning("any", alpha=1e-5, beta=1e-11, gamma={"float32": 1e-11})
     assert set(CLASSIC) <= set(tuner.candidates("allreduce"))
     assert not {"aaa_swap", "needs_topology", "mpi"} & set(tuner.candidates("allreduce"))
     assert tuner.select("allreduce", "auto", 2, 16, 64) == "recursive_doubling"
-    tuner.consider("aaa_swap")
-    tuner.consider("needs_topology")
-    assert "aaa_swap" in tuner.candidates("allreduce")
-    # it ties with recursive doubling and wins the tie by name; needs_topology is left out
+    pyar.register_algorithm("aaa_swap", auto=True)(swap)
+    pyar.register_algorithm("needs_topology", auto=True)(needs_topology)
+    assert {"aaa_swap", "needs_topology"} <= set(tuner.candidates("allreduce"))
+    # costed from its schedule, it ties with recursive doubling and wins the tie by name (the
+    # registration outdates the memoised choice); needs_topology is left out
+    times = tuner.predictions("allreduce", 2, 16, "float32", tuner.parameters())
+    assert times["aaa_swap"][1] == "schedule" and "needs_topology" not in times
     assert tuner.select("allreduce", "auto", 2, 16, 64) == "aaa_swap"
-    assert "needs_topology" not in tuner.predictions("allreduce", 2, 16, "float32",
-                                                     tuner.parameters())
-    with pytest.raises(ValueError, match="unknown allreduce algorithm 'nope'"):
-        tuner.consider("nope")
+    # a topology-aware one competes only on several nodes
+    pyar.register_algorithm("aaa_nodes", auto=True, topology_aware=True)(swap)
+    one, two = Topology.regular(2, 2), Topology.regular(2, 1)
+    assert "aaa_nodes" not in tuner.candidates("allreduce", one)
+    assert "aaa_nodes" in tuner.predictions("allreduce", 2, 16, "float32", tuner.parameters(),
+                                            topology=two)
+    # a built-in name registered again, without auto, leaves auto
+    pyar.register_algorithm("recursive_doubling")(swap)
+    assert "recursive_doubling" not in tuner.candidates("allreduce")
 
 
 def model(*args, env=None):

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from launch import explain, run
+from launch import ROOT, explain, run
 
 import pyar
 from pyar import calibrate, cost, tuner
@@ -219,6 +219,33 @@ def test_user_algorithms_join_auto_only_when_registered_with_auto(tuning, scratc
     # a built-in name registered again, without auto, leaves auto
     pyar.register_algorithm("recursive_doubling")(swap)
     assert "recursive_doubling" not in tuner.candidates("allreduce")
+
+
+def readme_example():
+    """Run the first code block of README.md's "Adding an algorithm"."""
+    section = (ROOT / "README.md").read_text().split("\n## Adding an algorithm\n")[1]
+    code = section.split("\n## ")[0].split("```python\n")[1].split("```")[0]
+    exec(compile(code, "README.md", "exec"), {})
+
+
+def test_the_readmes_algorithm_is_seen_everywhere(tuning, scratch_registry):
+    params = tuning("any", alpha=1e-5, beta=1e-11, gamma={"float32": 1e-11})
+    readme_example()
+    n, count = 8, 64
+    s = pyar.schedule("doubling", n, count)
+    inputs = [np.arange(count, dtype=np.float32) + 1000 * (r + 1) for r in range(n)]
+    assert all(np.array_equal(out, sum(inputs)) for out in pyar.simulate(s, inputs).outputs)
+    m = 4 * count
+    closed = cost.formula("allreduce", "doubling", n, count, "float32")
+    assert closed == (3, 3 * m, 3 * m, 3) == cost.predict(s, params).terms
+    assert cost.estimate("allreduce", "doubling", n, count, "float32", params)[1] == "formula"
+    assert "doubling" in tuner.candidates("allreduce")
+    # it ties with recursive doubling at a power of two and wins the tie by name; at 6 ranks
+    # its cost raises ValueError and auto leaves it out
+    assert tuner.choose("allreduce", n, count, "float32", params) == "doubling"
+    assert tuner.select("allreduce", "auto", n, count, m, "float32") == "doubling"
+    assert "doubling" not in tuner.predictions("allreduce", 6, 48, "float32", params)
+    assert tuner.select("allreduce", "auto", 6, 48, 192, "float32") == "recursive_doubling"
 
 
 def model(*args, env=None):

@@ -11,15 +11,15 @@ written by ``pyar tune``; without one, under :data:`DEFAULTS`. The file is
 read once per process, and every rank must see the same one (ranks that pick
 differently get a MismatchError, not a hang).
 
-Candidates are the built-in algorithms (those defined in
-:mod:`pyar.algorithms`) and those a user added with :func:`consider`;
-``mpi`` is never one (it has no schedule to cost). ``hierarchical`` competes
-only on a topology of several nodes (on one it is a plain ring), costed on
-that topology. Built-ins are costed by their closed forms
-(:func:`pyar.cost.formula`), never by building a schedule; a user's
-candidate is costed from its schedule, and left out if that cannot be built
-here (its builder raises ValueError or ScheduleError). Choices are memoised,
-so a hot loop of one size pays a dict lookup.
+Candidates are the algorithms registered with ``auto=True`` (every
+built-in, and a user's that asks); ``mpi`` is never one (it has no schedule
+to cost). A topology-aware one (``hierarchical``) competes only on a
+topology of several nodes (on one it is a plain ring), costed on that
+topology. One with a closed form (every built-in) is costed by it
+(:func:`pyar.cost.formula`), never by building a schedule; one without is
+costed from its schedule, and left out if that cannot be built here (its
+builder raises ValueError or ScheduleError). Choices are memoised, so a hot
+loop of one size pays a dict lookup.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import cost
-from .algorithms import AUTO, LIBRARY, algorithms, builder, check_name
+from .algorithms import AUTO, LIBRARY, algorithm as registered, algorithms, check_name, generation
 from .errors import ScheduleError
 
 FORMAT = "pyar-tuning/1"
@@ -58,7 +58,6 @@ _FLOATS = {2: "float16", 4: "float32", 8: "float64"}     # itemsize -> dtype whe
 _MEMO_SIZE = 4096           # choices kept before the memo starts afresh
 _memo: dict = {}
 _params: dict = {}          # tuning file path -> Params
-_considered: dict = {}      # collective -> names a user opted in to auto
 
 
 @functools.lru_cache(maxsize=16)
@@ -128,8 +127,8 @@ def select(collective: str, algorithm: str, size: int, count: int, nbytes: int,
             except ValueError as e:
                 raise ValueError(f"PYAR_ALGO: {e}") from None
     # id(): hashing a Topology hashes all its ranks; the entry keeps the object, so its id
-    # cannot be reused while the entry lives
-    key = (collective, size, count, nbytes, dtype, _tuning_file(), id(topology))
+    # cannot be reused while the entry lives. generation: a registration may change the choice
+    key = (collective, size, count, nbytes, dtype, _tuning_file(), id(topology), generation[0])
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_SIZE:
@@ -167,29 +166,14 @@ def predictions(collective: str, size: int, count: int, dtype, params: cost.Para
 
 
 def candidates(collective: str, topology=None) -> list[str]:
-    """What ``auto`` chooses from: the built-in algorithms and those passed to :func:`consider`.
+    """What ``auto`` chooses from: the algorithms registered with ``auto=True``.
 
-    A topology-aware built-in (``hierarchical``) only when ``topology`` has
-    several nodes: on one node it is a plain ring.
+    A topology-aware one only when ``topology`` has several nodes: on one
+    node it is another algorithm (``hierarchical`` a plain ring).
     """
-    opted = _considered.get(collective, ())
-    nodes = 1 if topology is None else len(topology.nodes)
-    out = []
-    for name in algorithms(collective):
-        if name == LIBRARY:
-            continue
-        made = builder(name, collective)
-        if name in opted or (made.__module__.startswith("pyar.algorithms.")
-                             and (nodes > 1 or made not in cost.TOPOLOGICAL)):
-            out.append(name)
-    return out
-
-
-def consider(name: str, collective: str = "allreduce") -> None:
-    """Let ``auto`` choose the registered algorithm ``name`` too (costed from its schedule)."""
-    builder(name, collective)
-    _considered.setdefault(collective, set()).add(name)
-    _memo.clear()
+    several = topology is not None and len(topology.nodes) > 1
+    records = (registered(name, collective) for name in algorithms(collective) if name != LIBRARY)
+    return [a.name for a in records if a.auto and (several or not a.topology_aware)]
 
 
 def tuning_path() -> Path:

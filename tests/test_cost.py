@@ -7,7 +7,7 @@ import pytest
 
 import pyar
 from pyar import cost
-from pyar.algorithms import COLLECTIVES, _registry
+from pyar.algorithms import COLLECTIVES, algorithm
 from pyar.schedule import SEGMENT, Chunk, Recv, Send, Step
 from pyar.topology import Topology
 
@@ -94,20 +94,20 @@ def test_reduction_cost_follows_the_dtype():
     assert unmeasured.gamma == pytest.approx(unmeasured.terms.folded * 2.0**-22)   # the slowest
 
 
-CLOSED_FORMS = [(collective, name) for collective in COLLECTIVES
-                for name in pyar.algorithms(collective)
-                if _registry[collective].get(name) in cost.EXACT]
-BUILTINS = [(collective, name) for collective in COLLECTIVES
+BUILTINS = [algorithm(name, collective) for collective in COLLECTIVES
             for name in pyar.algorithms(collective) if name != "mpi"]
+CLOSED_FORMS = [(a.collective, a.name) for a in BUILTINS if a.cost is not None and a.exact]
 # a second machine, beta- and delta-bound, so a path that is critical only under PARAMS shows
 SLOW_LINK = cost.Params(alpha=1e-9, beta=1e-6, gamma={"float32": 3e-6}, delta=5e-5)
 
 
 def test_every_builtin_algorithm_has_a_closed_form():
     assert set(CLASSIC) <= {name for _, name in CLOSED_FORMS}
-    assert all(_registry[c][name] in cost._FORMULAS for c, name in BUILTINS)
-    assert {_registry[c][name] for c, name in BUILTINS} - cost.EXACT == {
-        _registry["allreduce"]["double_binary_tree"]}
+    assert all(a.cost is not None and a.auto for a in BUILTINS)
+    assert [(a.collective, a.name) for a in BUILTINS if not a.exact] == [
+        ("allreduce", "double_binary_tree")]
+    assert [(a.collective, a.name) for a in BUILTINS if a.topology_aware] == [
+        ("allreduce", "hierarchical")]
 
 
 def regular_count(collective, n):
@@ -173,7 +173,7 @@ def test_hierarchical_without_a_topology_is_the_ring():
 @pytest.mark.parametrize("segments", [1, 2, 4])
 def test_double_binary_tree_estimate_is_within_a_half_of_the_model(n, segments):
     # the pipeline's critical path under the port model is irregular: its closed form is
-    # exact in steps only, an estimate in the rest (the docstring of _double_binary_tree)
+    # exact in steps only, an estimate in the rest (the docstring of double_binary_tree._cost)
     count = 2 * segments * SEGMENT if segments > 1 else 2 * n * 16
     s = pyar.schedule("double_binary_tree", n, count)
     closed = cost.formula("allreduce", "double_binary_tree", n, count, "float32")
@@ -211,8 +211,8 @@ def chain(rank, size, count, topology=None):
     return steps
 
 
-def test_a_user_algorithm_is_costed_from_its_schedule(monkeypatch):
-    monkeypatch.setitem(_registry["allreduce"], "chain", chain)
+def test_a_user_algorithm_is_costed_from_its_schedule(scratch_registry):
+    pyar.register_algorithm("chain")(chain)
     n, count = 6, 10
     s = pyar.schedule("chain", n, count)
     inputs = [np.arange(count, dtype=np.float32) * (r + 1) for r in range(n)]
@@ -227,8 +227,8 @@ def test_a_user_algorithm_is_costed_from_its_schedule(monkeypatch):
     assert where == "schedule" and p == cost.predict(s, PARAMS)
 
 
-def test_a_replaced_builtin_loses_its_closed_form(monkeypatch):
-    monkeypatch.setitem(_registry["allreduce"], "ring", chain)
+def test_a_replaced_builtin_loses_its_closed_form(scratch_registry):
+    pyar.register_algorithm("ring")(chain)
     assert cost.formula("allreduce", "ring", 4, 16, "float32") is None
     assert cost.estimate("allreduce", "ring", 4, 16, "float32", PARAMS)[1] == "schedule"
 

@@ -1,10 +1,13 @@
 """The schedule model: data types, local checks, splitting, the registry."""
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
 import pyar
+from pyar.algorithms import algorithm, builder, ring, segmented_ring
 from pyar.schedule import Chunk, Recv, Send, Step, check_steps, compact, split
 
 
@@ -69,6 +72,24 @@ def test_unknown_algorithm_lists_the_registered_ones():
 def test_register_algorithm_rejects_reserved_and_bad_names(name):
     with pytest.raises(ValueError, match="identifier"):
         pyar.register_algorithm(name)
+
+
+def test_an_algorithm_is_one_record_with_its_picture(scratch_registry):
+    record = algorithm("ring", "reduce_scatter")
+    assert record[:3] == ("ring", "reduce_scatter", ring.ring_reduce_scatter)
+    assert record.doc == ring.ring_reduce_scatter.__doc__           # the builder's own
+    assert algorithm("ring").doc == ring.__doc__                     # its file's, with the picture
+    assert "┌──► 0 ──► 1" in ring.__doc__
+    short = functools.partial(segmented_ring.segmented_ring, segment=8)
+    assert pyar.register_algorithm("short_segments", "allreduce")(short) is short
+    assert algorithm("short_segments") == ("short_segments", "allreduce", short, None, False,
+                                           False, True)
+    assert builder("short_segments") is short
+    assert algorithm("short_segments").doc == segmented_ring.__doc__
+    with pytest.raises(TypeError, match="callable cost"):
+        pyar.register_algorithm("priced", cost=3)
+    with pytest.raises(ValueError, match="collective must be one of"):
+        pyar.register_algorithm("elsewhere", "allsorts")
 
 
 def test_schedules_are_memoised_per_arguments():

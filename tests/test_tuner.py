@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from launch import explain, run
+from launch import ROOT, explain, run
 
 import pyar
 from pyar import calibrate, cost, tuner
-from pyar.algorithms import COLLECTIVES, _registry
+from pyar.algorithms import COLLECTIVES
 from pyar.schedule import Chunk, Recv, Send, Step
 from pyar.topology import Topology
 
@@ -195,28 +195,57 @@ def needs_topology(rank, size, count, topology=None):
     return []
 
 
-@pytest.fixture
-def user_algorithms(monkeypatch):
-    monkeypatch.setitem(_registry["allreduce"], "aaa_swap", swap)
-    monkeypatch.setitem(_registry["allreduce"], "needs_topology", needs_topology)
-    monkeypatch.setattr(tuner, "_considered", {})
-    monkeypatch.setattr(tuner, "_memo", {})
-
-
-def test_user_algorithms_join_auto_only_when_considered(tuning, user_algorithms):
+def test_user_algorithms_join_auto_only_when_registered_with_auto(tuning, scratch_registry):
     tuning("any", alpha=1e-5, beta=1e-11, gamma={"float32": 1e-11})
+    pyar.register_algorithm("aaa_swap")(swap)
+    pyar.register_algorithm("needs_topology")(needs_topology)
     assert set(CLASSIC) <= set(tuner.candidates("allreduce"))
     assert not {"aaa_swap", "needs_topology", "mpi"} & set(tuner.candidates("allreduce"))
     assert tuner.select("allreduce", "auto", 2, 16, 64) == "recursive_doubling"
-    tuner.consider("aaa_swap")
-    tuner.consider("needs_topology")
-    assert "aaa_swap" in tuner.candidates("allreduce")
-    # it ties with recursive doubling and wins the tie by name; needs_topology is left out
+    pyar.register_algorithm("aaa_swap", auto=True)(swap)
+    pyar.register_algorithm("needs_topology", auto=True)(needs_topology)
+    assert {"aaa_swap", "needs_topology"} <= set(tuner.candidates("allreduce"))
+    # costed from its schedule, it ties with recursive doubling and wins the tie by name (the
+    # registration outdates the memoised choice); needs_topology is left out
+    times = tuner.predictions("allreduce", 2, 16, "float32", tuner.parameters())
+    assert times["aaa_swap"][1] == "schedule" and "needs_topology" not in times
     assert tuner.select("allreduce", "auto", 2, 16, 64) == "aaa_swap"
-    assert "needs_topology" not in tuner.predictions("allreduce", 2, 16, "float32",
-                                                     tuner.parameters())
-    with pytest.raises(ValueError, match="unknown allreduce algorithm 'nope'"):
-        tuner.consider("nope")
+    # a topology-aware one competes only on several nodes
+    pyar.register_algorithm("aaa_nodes", auto=True, topology_aware=True)(swap)
+    one, two = Topology.regular(2, 2), Topology.regular(2, 1)
+    assert "aaa_nodes" not in tuner.candidates("allreduce", one)
+    assert "aaa_nodes" in tuner.predictions("allreduce", 2, 16, "float32", tuner.parameters(),
+                                            topology=two)
+    # a built-in name registered again, without auto, leaves auto
+    pyar.register_algorithm("recursive_doubling")(swap)
+    assert "recursive_doubling" not in tuner.candidates("allreduce")
+
+
+def readme_example():
+    """Run the first code block of README.md's "Adding an algorithm"."""
+    section = (ROOT / "README.md").read_text().split("\n## Adding an algorithm\n")[1]
+    code = section.split("\n## ")[0].split("```python\n")[1].split("```")[0]
+    exec(compile(code, "README.md", "exec"), {})
+
+
+def test_the_readmes_algorithm_is_seen_everywhere(tuning, scratch_registry):
+    params = tuning("any", alpha=1e-5, beta=1e-11, gamma={"float32": 1e-11})
+    readme_example()
+    n, count = 8, 64
+    s = pyar.schedule("doubling", n, count)
+    inputs = [np.arange(count, dtype=np.float32) + 1000 * (r + 1) for r in range(n)]
+    assert all(np.array_equal(out, sum(inputs)) for out in pyar.simulate(s, inputs).outputs)
+    m = 4 * count
+    closed = cost.formula("allreduce", "doubling", n, count, "float32")
+    assert closed == (3, 3 * m, 3 * m, 3) == cost.predict(s, params).terms
+    assert cost.estimate("allreduce", "doubling", n, count, "float32", params)[1] == "formula"
+    assert "doubling" in tuner.candidates("allreduce")
+    # it ties with recursive doubling at a power of two and wins the tie by name; at 6 ranks
+    # its cost raises ValueError and auto leaves it out
+    assert tuner.choose("allreduce", n, count, "float32", params) == "doubling"
+    assert tuner.select("allreduce", "auto", n, count, m, "float32") == "doubling"
+    assert "doubling" not in tuner.predictions("allreduce", 6, 48, "float32", params)
+    assert tuner.select("allreduce", "auto", 6, 48, 192, "float32") == "recursive_doubling"
 
 
 def model(*args, env=None):

@@ -1,44 +1,83 @@
 """The algorithm registry: one module per algorithm, each a pure schedule builder.
 
 A builder is ``builder(rank, size, count, topology=None) -> list[Step]``. It
-never touches MPI; :mod:`pyar.executors` runs what it returns.
+never touches MPI; :mod:`pyar.executors` runs what it returns. Each module
+registers its builders with :func:`register_algorithm`, as a user does, with
+their closed-form costs (built from :mod:`._terms`).
 """
 
 from __future__ import annotations
 
+import functools
+import sys
+from typing import Callable, NamedTuple
+
 from ..schedule import Builder
+from ._terms import Terms
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "reduce", "bcast", "alltoall",
                "barrier")
 LIBRARY = "mpi"      # delegates to the MPI library's own collective: the baseline
 AUTO = "auto"        # the tuner's choice
 
-_registry: dict[str, dict[str, Builder]] = {c: {} for c in COLLECTIVES}
+Cost = Callable[[int, int, float, object], Terms]   # (size, count, nbytes, topology) -> Terms
+
+
+class Algorithm(NamedTuple):
+    """A registered algorithm: what :func:`register_algorithm` was given."""
+
+    name: str
+    collective: str
+    builder: Builder
+    cost: Cost | None = None        # closed form; None: pyar.cost predicts from the schedule
+    topology_aware: bool = False    # uses the topology: on one node it is another algorithm
+    auto: bool = False              # the auto tuner chooses from it
+    exact: bool = True              # its closed form equals pyar.cost.predict of its schedule
+
+    @property
+    def doc(self) -> str | None:
+        """Its description and picture: the builder's docstring, else its module's."""
+        made = self.builder
+        while isinstance(made, functools.partial):
+            made = made.func
+        module = sys.modules.get(getattr(made, "__module__", None))
+        return made.__doc__ or getattr(module, "__doc__", None)
+
+
+_registry: dict[str, dict[str, Algorithm]] = {c: {} for c in COLLECTIVES}
 generation = [0]     # bumped by every registration: caches keyed by name can tell they are stale
 
 
-def _check_collective(collective: str) -> dict[str, Builder]:
+def _check_collective(collective: str) -> dict[str, Algorithm]:
     try:
         return _registry[collective]
     except KeyError:
         raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}") from None
 
 
-def register_algorithm(name: str, collective: str = "allreduce"):
+def register_algorithm(name: str, collective: str = "allreduce", *, cost: Cost | None = None,
+                       topology_aware: bool = False, auto: bool = False, exact: bool = True):
     """Decorator: register ``builder(rank, size, count, topology=None) -> list[Step]`` as ``name``.
 
-    Afterwards ``name`` works everywhere an algorithm is named. Registering a
-    name again replaces the builder.
+    Afterwards ``name`` works everywhere an algorithm is named. ``cost`` is
+    its closed form, ``cost(size, count, nbytes, topology) -> pyar.cost.Terms``
+    for ``size > 1`` and ``count > 0`` (``exact=False``: an estimate, not
+    equal to the schedule's); without one :mod:`pyar.cost` costs the
+    schedule itself. ``topology_aware``: ``auto`` considers it only on
+    several nodes. ``auto``: the ``auto`` tuner chooses from it. Registering
+    a name again replaces the algorithm.
     """
     table = _check_collective(collective)
     if not isinstance(name, str) or not name.isidentifier() or name in (LIBRARY, AUTO):
         raise ValueError(f"algorithm name must be an identifier other than {LIBRARY!r} and "
                          f"{AUTO!r}, got {name!r}")
+    if cost is not None and not callable(cost):
+        raise TypeError(f"register_algorithm needs a callable cost or None, got {cost!r}")
 
     def register(builder: Builder) -> Builder:
         if not callable(builder):
             raise TypeError(f"register_algorithm needs a callable builder, got {builder!r}")
-        table[name] = builder
+        table[name] = Algorithm(name, collective, builder, cost, topology_aware, auto, exact)
         generation[0] += 1
         return builder
 
@@ -50,8 +89,8 @@ def algorithms(collective: str = "allreduce") -> list[str]:
     return sorted(_check_collective(collective)) + [LIBRARY]
 
 
-def builder(name: str, collective: str = "allreduce") -> Builder:
-    """The builder registered as ``name``; ValueError listing the registered ones otherwise."""
+def algorithm(name: str, collective: str = "allreduce") -> Algorithm:
+    """The record registered as ``name``; ValueError listing the registered ones otherwise."""
     table = _check_collective(collective)
     try:
         return table[name]
@@ -63,10 +102,15 @@ def builder(name: str, collective: str = "allreduce") -> Builder:
                      f"{', '.join(algorithms(collective))} (or {AUTO!r})")
 
 
+def builder(name: str, collective: str = "allreduce") -> Builder:
+    """The builder registered as ``name``; ValueError listing the registered ones otherwise."""
+    return algorithm(name, collective).builder
+
+
 def check_name(name: str, collective: str = "allreduce") -> str:
     """``name`` if it names a registered algorithm or ``mpi``; ValueError listing them otherwise."""
     if name != LIBRARY:
-        builder(name, collective)
+        algorithm(name, collective)
     return name
 
 

@@ -24,7 +24,7 @@ round carries the whole message: for short messages.
 """
 
 from ..schedule import Chunk, Recv, Send, compact
-from . import register_algorithm
+from . import _terms, register_algorithm
 
 
 def _lowbit(rank, size):
@@ -84,7 +84,9 @@ def scatter_from_root(rank, size, edges):
         mask >>= 1
 
 
-@register_algorithm("binomial")
+@register_algorithm("binomial", auto=True,
+                    cost=lambda n, count, m, topology: _terms.add(
+                        _terms.binomial_tree(n, m, True), _terms.binomial_tree(n, m, False)))
 def binomial(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []
@@ -93,11 +95,13 @@ def binomial(rank, size, count, topology=None):
                     *bcast_from_root(rank, size, everything)])
 
 
-@register_algorithm("binomial", collective="reduce")
+@register_algorithm("binomial", collective="reduce", auto=True,
+                    cost=lambda n, count, m, topology: _terms.binomial_tree(n, m, True))
 def binomial_reduce(rank, size, count, topology=None):
     return compact(reduce_to_root(rank, size, Chunk("data", 0, count)))
 
 
-@register_algorithm("binomial", collective="bcast")
+@register_algorithm("binomial", collective="bcast", auto=True,
+                    cost=lambda n, count, m, topology: _terms.binomial_tree(n, m, False))
 def binomial_bcast(rank, size, count, topology=None):
     return compact(bcast_from_root(rank, size, Chunk("data", 0, count)))

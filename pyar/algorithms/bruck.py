@@ -19,6 +19,7 @@ Limits: any ``N >= 1``.
 
 from ..schedule import Chunk, Recv, Send, bounds, compact
 from . import register_algorithm
+from ._terms import Terms, ceil_log2
 
 
 def _wrapped(edges, first, n, size):
@@ -29,7 +30,14 @@ def _wrapped(edges, first, n, size):
     return [Chunk("data", edges[first], edges[size]), Chunk("data", 0, edges[last - size])]
 
 
-@register_algorithm("bruck", collective="allgather")
+def _cost(n, count, m, topology):
+    """``ceil(log2 N)`` rounds; a round that passes two or more blocks wraps round the end
+    of the buffer on some rank, which then sends it as two messages."""
+    rounds = [min(d, n - d) for d in (1 << i for i in range(ceil_log2(n)))]
+    return Terms(sum(1 if b == 1 else 2 for b in rounds), (n - 1) / n * m, 0, len(rounds))
+
+
+@register_algorithm("bruck", collective="allgather", auto=True, cost=_cost)
 def bruck(rank, size, count, topology=None):
     edges = bounds(count, size)
     steps = []

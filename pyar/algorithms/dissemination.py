@@ -10,11 +10,13 @@ Limits: any ``N >= 1``.
 
 from ..schedule import Chunk, Recv, Send, Step
 from . import register_algorithm
+from ._terms import Terms, ceil_log2
 
 SIGNAL = Chunk("data", 0, 0)
 
 
-@register_algorithm("dissemination", collective="barrier")
+@register_algorithm("dissemination", collective="barrier", auto=True,
+                    cost=lambda n, count, m, topology: Terms(ceil_log2(n), 0, 0, ceil_log2(n)))
 def dissemination(rank, size, count=0, topology=None):
     steps = []
     distance = 1

@@ -35,6 +35,7 @@ import functools
 
 from ..schedule import SEGMENT, Chunk, Recv, Send, compact, pieces, segments
 from . import register_algorithm
+from ._terms import Terms
 
 
 @functools.lru_cache(maxsize=16)
@@ -95,7 +96,28 @@ def _pipeline(position, size, rank_of, half, t):
     return ops
 
 
-@register_algorithm("double_binary_tree")
+_PER_SEGMENT = {2: 2, 3: 4, 4: 5}    # steady-state messages per step; 7 for N >= 5
+
+
+def _cost(n, count, m, topology):
+    """An estimate, not exact: the pipeline's critical path under the port model is irregular.
+
+    Exact: ``G + H + D - 1`` steps on it, every message one segment of
+    ``m = M/2G`` bytes. Estimated from :func:`pyar.cost.predict` of the
+    schedules (N <= 64, G <= 32; tests keep the time within a third of it):
+    the first segment crosses ``2(H+D-1)`` messages and folds ``H+D-1``;
+    each further one adds about 7 messages (a rank's 4 sends and 4 receives
+    per step only partly overlap; 2, 4, 5 for N = 2, 3, 4) and 2 folds.
+    """
+    g = pieces(count - count // 2, SEGMENT)
+    _, _, height, depth = tree(n)
+    fill = height[0] + max(depth) - 1
+    messages = 2 * fill + _PER_SEGMENT.get(n, 7) * (g - 1)
+    segment = m / (2 * g)
+    return Terms(messages, messages * segment, (fill + 2 * (g - 1)) * segment, g + fill)
+
+
+@register_algorithm("double_binary_tree", auto=True, exact=False, cost=_cost)
 def double_binary_tree(rank, size, count, topology=None, *, segment=SEGMENT):
     if size == 1 or count == 0:
         return []

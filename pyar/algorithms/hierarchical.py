@@ -23,10 +23,27 @@ one node (a plain ring). Limits: any ``N >= 1`` and any node sizes.
 
 from ..schedule import Chunk, Recv, Send, compact, split
 from ..topology import Topology
-from . import register_algorithm, ring
+from . import _terms, register_algorithm, ring
 
 
-@register_algorithm("hierarchical")
+def _cost(n, count, m, topology):
+    """Leaders' ring reduce-scatter, the ring allreduce across nodes, the ring allgather.
+
+    With ``L`` leaders per node, ``K`` nodes and up to ``E`` ranks beyond
+    the leaders per leader, the critical path starts at a leader that folds
+    its ``E`` extras' buffers in (one after another on its receive port),
+    runs the three rings in step with every other leader, and ends handing
+    the result to its extras: exact for any node sizes.
+    """
+    nodes = topology.nodes if topology is not None else (range(n),)
+    leaders = min(map(len, nodes))
+    extras = -(-max(map(len, nodes)) // leaders) - 1
+    ends = _terms.Terms(2 * extras, 2 * extras * m, extras * m, 2 if extras else 0)
+    return _terms.add(ends, _terms.ring(leaders, m, 1, 1),
+                      _terms.ring(len(nodes), m / leaders, 2, 1), _terms.ring(leaders, m, 1, 0))
+
+
+@register_algorithm("hierarchical", auto=True, topology_aware=True, cost=_cost)
 def hierarchical(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []

@@ -18,9 +18,11 @@ Limits: any ``N >= 1``; no bandwidth of any rank but 0 is used.
 
 from ..schedule import Chunk, Recv, Send, compact
 from . import register_algorithm
+from ._terms import Terms
 
 
-@register_algorithm("naive")
+@register_algorithm("naive", auto=True, cost=lambda n, count, m, topology: Terms(
+    2 * (n - 1), 2 * (n - 1) * m, (n - 1) * m, 2))
 def naive(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []

@@ -18,10 +18,11 @@ Limits: any ``N >= 1``.
 """
 
 from ..schedule import Chunk, Recv, Send, compact, split
-from . import register_algorithm
+from . import _terms, register_algorithm
 
 
-@register_algorithm("pairwise", collective="reduce_scatter")
+@register_algorithm("pairwise", collective="reduce_scatter", auto=True,
+                    cost=lambda n, count, m, topology: _terms.ring(n, m, 1, 1))
 def pairwise_reduce_scatter(rank, size, count, topology=None):
     blocks = [Chunk("data", lo, hi) for lo, hi in split(count, size)]
     return compact([Send((rank + k) % size, blocks[(rank + k) % size]),
@@ -38,7 +39,14 @@ def partner(rank, size, round_):
     return ring if peer == rank and ring < size else peer
 
 
-@register_algorithm("pairwise", collective="alltoall")
+def _alltoall_cost(n, count, m, topology):
+    """``N-1`` rounds for even N; for odd N, ``N`` rounds with one rank idle in each, and the
+    critical path runs through all of them."""
+    rounds = n - 1 if n % 2 == 0 else n
+    return _terms.Terms(rounds, rounds / n * m, 0, rounds)
+
+
+@register_algorithm("pairwise", collective="alltoall", auto=True, cost=_alltoall_cost)
 def pairwise_alltoall(rank, size, count, topology=None):
     blocks = [Chunk("data", lo, hi) for lo, hi in split(count, size)]
     rounds = size - 1 if size % 2 == 0 else size

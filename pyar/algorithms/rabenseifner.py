@@ -21,13 +21,15 @@ of two: ring's bandwidth with tree latency. Limits: any ``N >= 1``.
 """
 
 from ..schedule import Chunk, bounds, compact
-from . import register_algorithm
+from . import _terms, register_algorithm
 from ._pof2 import fold
 from .recursive_doubling import allgather_doubling
 from .recursive_halving import reduce_scatter_halving
 
 
-@register_algorithm("rabenseifner")
+@register_algorithm("rabenseifner", auto=True,
+                    cost=lambda n, count, m, topology: _terms.fold(n, m, lambda p, k: _terms.Terms(
+                        2 * k, 2 * (p - 1) / p * m, (p - 1) / p * m, 2 * k)))
 def rabenseifner(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []

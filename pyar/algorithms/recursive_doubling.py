@@ -23,7 +23,7 @@ Limits: any ``N >= 1``.
 """
 
 from ..schedule import Chunk, Recv, Send, bounds, compact
-from . import register_algorithm
+from . import _terms, register_algorithm
 from ._pof2 import fold, pair_block
 
 
@@ -40,7 +40,9 @@ def allgather_doubling(newrank, pof2, edges, real):
         mask *= 2
 
 
-@register_algorithm("recursive_doubling")
+@register_algorithm("recursive_doubling", auto=True,
+                    cost=lambda n, count, m, topology: _terms.fold(
+                        n, m, lambda p, k: _terms.Terms(k, k * m, k * m, k)))
 def recursive_doubling(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []
@@ -56,7 +58,9 @@ def recursive_doubling(rank, size, count, topology=None):
     return compact([*f.before, *exchanges, *f.after])
 
 
-@register_algorithm("recursive_doubling", collective="allgather")
+@register_algorithm("recursive_doubling", collective="allgather", auto=True,
+                    cost=lambda n, count, m, topology: _terms.folded_doubling(
+                        n, count, m, False))
 def recursive_doubling_allgather(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []

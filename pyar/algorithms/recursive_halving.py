@@ -19,7 +19,7 @@ Limits: any ``N >= 1``.
 """
 
 from ..schedule import Chunk, Recv, Send, bounds, compact
-from . import register_algorithm
+from . import _terms, register_algorithm
 from ._pof2 import fold, pair_block
 
 
@@ -48,7 +48,9 @@ def reduce_scatter(rank, size, count):
     return [*f.before, *middle, *f.after]
 
 
-@register_algorithm("recursive_halving", collective="reduce_scatter")
+@register_algorithm("recursive_halving", collective="reduce_scatter", auto=True,
+                    cost=lambda n, count, m, topology: _terms.folded_doubling(
+                        n, count, m, True))
 def recursive_halving(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []

@@ -13,12 +13,14 @@ Limits: any ``N >= 1``.
 """
 
 from ..schedule import bounds, compact
-from . import register_algorithm
+from . import _terms, register_algorithm
 from .binomial import gather_to_root
 from .recursive_halving import reduce_scatter
 
 
-@register_algorithm("reduce_scatter_gather", collective="reduce")
+@register_algorithm("reduce_scatter_gather", collective="reduce", auto=True,
+                    cost=lambda n, count, m, topology: _terms.add(
+                        _terms.folded_doubling(n, count, m, True), _terms.gather(n, count, m)))
 def reduce_scatter_gather(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []

@@ -22,7 +22,7 @@ Limits: any ``N >= 1``; latency grows linearly in N.
 """
 
 from ..schedule import Recv, Send, compact, pieces, segments, split
-from . import register_algorithm
+from . import _terms, register_algorithm
 
 
 def _blocks(n, lo, hi, segment):
@@ -62,20 +62,29 @@ def allreduce(i, group, lo, hi, segment=None):
     yield from allgather(i, group, lo, hi, segment)
 
 
-@register_algorithm("ring")
+@register_algorithm("ring", auto=True,
+                    cost=lambda n, count, m, topology: _terms.ring(n, m, 2, 1))
 def ring(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []
     return compact(allreduce(rank, range(size), 0, count))
 
 
-@register_algorithm("ring", collective="reduce_scatter")
+@register_algorithm("ring", collective="reduce_scatter", auto=True,
+                    cost=lambda n, count, m, topology: _terms.ring(n, m, 1, 1))
 def ring_reduce_scatter(rank, size, count, topology=None):
-    """Rank r ends with block r reduced; ``(N-1)/N * M`` bytes sent per rank in ``N-1`` steps."""
+    """Rank r ends with block r reduced; ``(N-1)/N * M`` bytes sent per rank in ``N-1`` steps.
+
+    Cost: ``(N-1)*alpha + (N-1)/N*M*(beta + gamma)``.
+    """
     return compact(reduce_scatter(rank, range(size), 0, count))
 
 
-@register_algorithm("ring", collective="allgather")
+@register_algorithm("ring", collective="allgather", auto=True,
+                    cost=lambda n, count, m, topology: _terms.ring(n, m, 1, 0))
 def ring_allgather(rank, size, count, topology=None):
-    """Every rank ends with every block; ``(N-1)/N * M`` bytes sent per rank in ``N-1`` steps."""
+    """Every rank ends with every block; ``(N-1)/N * M`` bytes sent per rank in ``N-1`` steps.
+
+    Cost: ``(N-1)*alpha + (N-1)/N*M*beta`` (``M`` the gathered total).
+    """
     return compact(allgather(rank, range(size), 0, count))

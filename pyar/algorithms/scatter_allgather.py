@@ -12,11 +12,13 @@ Limits: any ``N >= 1``.
 """
 
 from ..schedule import bounds, compact
-from . import register_algorithm, ring
+from . import _terms, register_algorithm, ring
 from .binomial import scatter_from_root
 
 
-@register_algorithm("scatter_allgather", collective="bcast")
+@register_algorithm("scatter_allgather", collective="bcast", auto=True,
+                    cost=lambda n, count, m, topology: _terms.add(
+                        _terms.gather(n, count, m), _terms.ring(n, m, 1, 0)))
 def scatter_allgather(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []

@@ -13,11 +13,18 @@ Other segment sizes: ``functools.partial(segmented_ring, segment=k)``
 registered under a name of your own.
 """
 
-from ..schedule import SEGMENT, compact
-from . import register_algorithm, ring
+from ..schedule import SEGMENT, compact, pieces
+from . import _terms, register_algorithm, ring
 
 
-@register_algorithm("segmented_ring")
+def _cost(n, count, m, topology):
+    """Ring's bytes in ``G`` times its messages, one segment per step."""
+    g = pieces(-(-count // n), SEGMENT)
+    t = _terms.ring(n, m, 2, 1)
+    return _terms.Terms(g * t.messages, t.bytes, t.folded, g * t.steps)
+
+
+@register_algorithm("segmented_ring", auto=True, cost=_cost)
 def segmented_ring(rank, size, count, topology=None, *, segment=SEGMENT):
     if size == 1 or count == 0:
         return []

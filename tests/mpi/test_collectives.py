@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from mpi4py import MPI
 
 import pyar
-from pyar.algorithms import builder
+from pyar.algorithms import algorithm as registered
 from pyar.collectives import REDUCING
 from pyar.executors.mpi import library_op
 from pyar.ops import DTYPES, HALF, Op, is_float
@@ -125,7 +125,7 @@ def test_every_op_dtype_count_and_root(comm, collective, algorithm):
 
 
 BACK_TO_BACK = [("allreduce", a) for a in pyar.algorithms() if a == "mpi" or
-                builder(a, "allreduce").__module__.startswith("pyar.")] + \
+                registered(a, "allreduce").auto] + \
     [(c, a) for c, a in CASES if c in ("reduce", "bcast")]
 
 

@@ -166,17 +166,15 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
          remember=None):
     """Run ``record``'s collective: validate, pick the algorithm, build the call's run; then
     wait for it (``nonblocking`` False: its result) or put it in flight (its Request)."""
-    if not isinstance(x, np.ndarray):      # cupy: pyar.device
-        return device.collective(record, x, out, op, algorithm, comm, root, timeout,
-                                 nonblocking)
-    run, lean = calls.build(record, x, out, op, algorithm, comm, root, timeout, nonblocking,
-                            remember)
-    if nonblocking:
-        return progress.start(run)
-    if lean is not None:
-        return lean()
-    with progress.lock():
-        return run.complete()
+    with progress.lock():                  # (a progress thread's: one caller at a time)
+        if not isinstance(x, np.ndarray):  # cupy: pyar.device
+            return device.collective(record, x, out, op, algorithm, comm, root, timeout,
+                                     nonblocking)
+        run, lean = calls.build(record, x, out, op, algorithm, comm, root, timeout,
+                                nonblocking, remember)
+        if nonblocking:
+            return progress.start(run)
+        return lean() if lean is not None else run.complete()
 
 
 def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved) -> None:

@@ -22,7 +22,7 @@ def info(args) -> int:
 
     import pyar
     from pyar import device
-    from pyar.algorithms import COLLECTIVES
+    from pyar.collectives import names
     from pyar.executors import cuda
 
     library = MPI.Get_library_version().strip().splitlines()
@@ -38,7 +38,7 @@ def info(args) -> int:
     print(f"GPU buffers: {device.gpu_summary()}; "
           f"{'direct to MPI' if aware.aware else 'staged through pinned host memory'}")
     print(f"PYAR_ALGO: {os.environ.get('PYAR_ALGO', '(unset)')}")
-    for collective in COLLECTIVES:
+    for collective in names():
         print(f"{collective} algorithms: {', '.join(pyar.algorithms(collective))}")
     return 0
 

@@ -56,10 +56,7 @@ def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking):
     target = _target(record, x, out, c, root)
     way = _direct if cuda.awareness().aware else _staged
     run = way(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking)
-    if nonblocking:
-        return progress.start(run)
-    with progress.lock():
-        return run.complete()
+    return progress.start(run) if nonblocking else run.complete()
 
 
 def _cupy_of(x, name):

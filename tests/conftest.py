@@ -25,7 +25,6 @@ def scratch_registry():
 
     saved = {collective: dict(table) for collective, table in _registry.items()}
     yield
-    for collective, table in saved.items():
-        _registry[collective].clear()
-        _registry[collective].update(table)
+    _registry.clear()
+    _registry.update(saved)
     generation[0] += 1

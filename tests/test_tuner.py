@@ -12,7 +12,7 @@ from launch import ROOT, explain, run
 
 import pyar
 from pyar import calibrate, cost, tuner
-from pyar.algorithms import COLLECTIVES
+from pyar.collectives import names
 from pyar.schedule import Chunk, Recv, Send, Step
 from pyar.topology import Topology
 
@@ -366,7 +366,7 @@ def test_a_memo_miss_never_builds_a_schedule_for_a_builtin(tuning, monkeypatch):
     monkeypatch.setattr(cost, "predict", forbidden)
     monkeypatch.setattr(cost, "build", forbidden)
     for topology in (None, Topology.regular(1024, 8)):
-        for collective in COLLECTIVES:
+        for collective in names():
             count = 0 if collective == "barrier" else 1024 * 4096
             assert tuner.select(collective, "auto", 1024, count, 4 * count, "float32",
                                 topology) in tuner.candidates(collective, topology)

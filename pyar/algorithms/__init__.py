@@ -12,11 +12,10 @@ import functools
 import sys
 from typing import Callable, NamedTuple
 
+from .. import collectives
 from ..schedule import Builder
 from ._terms import Terms
 
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "reduce", "bcast", "alltoall",
-               "barrier")
 LIBRARY = "mpi"      # delegates to the MPI library's own collective: the baseline
 AUTO = "auto"        # the tuner's choice
 
@@ -44,15 +43,18 @@ class Algorithm(NamedTuple):
         return made.__doc__ or getattr(module, "__doc__", None)
 
 
-_registry: dict[str, dict[str, Algorithm]] = {c: {} for c in COLLECTIVES}
+_registry: dict[str, dict[str, Algorithm]] = {}    # collective -> name -> its record
 generation = [0]     # bumped by every registration: caches keyed by name can tell they are stale
 
 
 def _check_collective(collective: str) -> dict[str, Algorithm]:
-    try:
-        return _registry[collective]
-    except KeyError:
-        raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}") from None
+    """The algorithms of ``collective`` (a name :mod:`pyar.collectives` has a record of);
+    ValueError listing the collectives otherwise."""
+    table = _registry.get(collective)
+    if table is None:
+        collectives.collective(collective)      # ValueError naming the collectives
+        table = _registry[collective] = {}
+    return table
 
 
 def register_algorithm(name: str, collective: str = "allreduce", *, cost: Cost | None = None,

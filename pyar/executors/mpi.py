@@ -227,6 +227,13 @@ class _Copy:
             data[lo:hi] = source[lo:hi]
 
 
+def _unwritten(written: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The runs of ``[lo, hi)`` that ``written`` marks False, as (lo, hi) ranges."""
+    mask = np.concatenate(([True], written[lo:hi], [True]))
+    edges = np.flatnonzero(mask[1:] != mask[:-1]) + lo
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
+
+
 class Plan:
     """One rank's schedule compiled for this executor, with its reusable buffers."""
 

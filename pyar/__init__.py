@@ -13,6 +13,9 @@ from .executors.progress import Progress, Request, test_any, wait_all
 from .ops import Op
 from .topology import Topology
 
+from .executors import progress as _progress  # noqa: E402  (PYAR_PROGRESS_THREAD=1: started now)
+_progress.from_environment()
+
 __all__ = [
     "Collective", "Comm", "MismatchError", "Op", "Progress", "PyarError", "Request",
     "ScheduleError", "TimeoutError", "Topology", "algorithms", "allgather", "allreduce",

@@ -47,6 +47,7 @@ from . import api, cost, ops
 from .algorithms import register_algorithm
 from .comm import Comm
 from .errors import TimeoutError
+from .executors import progress
 from .executors.mpi import RESIDENT_BYTES
 from .kernels import reduce_into
 from .schedule import Chunk, Recv, Send, Step
@@ -59,13 +60,9 @@ _NAME = "_pyar_tune_steps"
 
 def _barrier(comm, seconds: float = PHASE_SECONDS) -> None:
     """A barrier that gives up after ``seconds`` (pyar.TimeoutError) instead of hanging."""
-    request = comm.Ibarrier()
-    deadline = time.monotonic() + seconds
-    while not request.Test():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"pyar tune: rank {comm.Get_rank()} waited {seconds:.0f} s "
-                               f"for the other ranks")
-        time.sleep(0.001)
+    progress.wait_for(comm.Ibarrier().Test, progress.deadline_of(seconds), lambda waited:
+                      TimeoutError(f"pyar tune: rank {comm.Get_rank()} waited {waited:.0f} s "
+                                   f"for the other ranks"))
 
 
 def _typical(run, iters: int) -> float:

@@ -69,6 +69,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import collectives
 from .algorithms import algorithm as registered, builder
 from .algorithms._terms import Terms
 from .errors import ScheduleError
@@ -130,8 +131,8 @@ def formula(collective: str, algorithm: str, size: int, count: int, dtype,
     closed = registered(algorithm, collective).cost
     if closed is None:
         return None
-    if size == 1 or (count == 0 and collective != "barrier"):
-        return Terms(0, 0, 0, 0)
+    if size == 1 or (count == 0 and collectives.collective(collective).count(1, size)):
+        return Terms(0, 0, 0, 0)        # (a collective of no data, a barrier, still costs)
     return closed(size, count, count * np.dtype(dtype).itemsize, topology)
 
 

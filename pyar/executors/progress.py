@@ -28,6 +28,7 @@ paths are only taken then.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -306,6 +307,17 @@ class Progress:
             thread.join()
             _lock = _NoLock()
         return False
+
+
+def from_environment() -> None:
+    """Start a progress thread for the whole process if ``PYAR_PROGRESS_THREAD=1`` (stopped
+    at exit, before MPI is finalized)."""
+    text = os.environ.get("PYAR_PROGRESS_THREAD", "").strip()
+    if text not in ("", "0", "1"):
+        raise ValueError(f"PYAR_PROGRESS_THREAD must be 0 or 1, got {text!r}")
+    if text == "1" and _thread is None:
+        whole = Progress().__enter__()
+        atexit.register(whole.__exit__, None, None, None)
 
 
 def running() -> bool:

@@ -18,10 +18,16 @@ generation = [0]     # bumped by every registration: caches keyed by name can te
 
 
 def _check_collective(collective: str) -> dict[str, Builder]:
+    """The algorithms of ``collective``: a table made on first use for one registered with
+    ``register_collective``."""
     try:
         return _registry[collective]
-    except KeyError:
-        raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}") from None
+    except (KeyError, TypeError):
+        pass
+    from .. import collectives      # lazily: the records import the executors, which import us
+    if collective in collectives.names():
+        return _registry.setdefault(collective, {})
+    raise ValueError(f"collective must be one of {collectives.names()}, got {collective!r}")
 
 
 def register_algorithm(name: str, collective: str = "allreduce"):

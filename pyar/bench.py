@@ -15,13 +15,15 @@ implementation runs once more on fresh input and ``#wrong`` counts, over all
 ranks, the elements that differ from the MPI library's result beyond the
 dtype's tolerance (:mod:`pyar.verify`).
 
-Sizes follow nccl-tests: for allgather, reduce_scatter and alltoall the size
-is the bytes of the big buffer (all ranks' blocks) and ``count`` the elements
-of one block.
+Sizes follow nccl-tests: for a blocked collective (allgather, reduce_scatter,
+alltoall) the size is the bytes of the big buffer (all ranks' blocks) and
+``count`` the elements of one block. Everything about a collective comes from
+its record (:mod:`pyar.collectives`): one registered there is benchmarked too.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -37,8 +39,8 @@ import pyar
 
 from . import ops, tuner, verify
 from .algorithms import AUTO, LIBRARY, algorithms, check_name
+from .collectives import Collective, collective as record_of, records
 from .comm import Comm
-from .executors.mpi import library_op
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 ROOT = 0                  # of reduce and bcast
@@ -96,110 +98,72 @@ def parse_algorithms(text: str, collective: str = "allreduce") -> list[str]:
     return names
 
 
-# -- the collectives: nccl-tests' per-collective table ------------------------------------------
+# -- the collectives: their records (pyar.collectives) are nccl-tests' per-collective table ------
 
-def _finish_avg(result, op, size):
-    if op is ops.Op.AVG:
-        np.divide(result, size, out=result)
-
-
-def _mpi_allreduce(m, x, out, op):
-    m.Allreduce(MPI.IN_PLACE if out is x else x, out, library_op(op.reduction))
-    _finish_avg(out, op, m.size)
-
-
-def _mpi_reduce_scatter(m, x, out, op):
-    m.Reduce_scatter(x, out, [len(b) for b in np.array_split(x, m.size)], library_op(op.reduction))
-    _finish_avg(out, op, m.size)
-
-
-def _mpi_allgather(m, x, out, op):
-    m.Allgather(x, out)
-
-
-def _mpi_reduce(m, x, out, op):
-    root = m.rank == ROOT
-    m.Reduce(MPI.IN_PLACE if root and out is x else x, out if root else None,
-             library_op(op.reduction), root=ROOT)
-    if root:
-        _finish_avg(out, op, m.size)
-
-
-def _mpi_bcast(m, x, out, op):
-    m.Bcast(x, root=ROOT)
-
-
-def _mpi_alltoall(m, x, out, op):
-    m.Alltoall(MPI.IN_PLACE if out is x else x, out)
-
-
-class Collective(NamedTuple):
-    """How the bench drives one collective (sizes follow nccl-tests)."""
-
-    library: str          # the MPI library's own call, as the header names it
-    mpi: Callable         # mpi(comm, x, out, op): that call; ``out is x`` means in place
-    factor: Callable      # busbw / algbw at ``size`` ranks
-    reduces: bool         # takes op (and float results get a tolerance)
-    blocked: bool         # the size holds one block per rank; count is a block's elements
-    variants: tuple       # which of out of place / in place pyar's API has
-    shapes: Callable      # shapes(size, count) -> (x's shape, out's shape)
-    rooted: bool = False  # takes root=; only the root's result is checked if it reduces
-
-
-def _flat(size, count):
-    return (count,), (count,)
-
-
-COLLECTIVES = {
-    "allreduce": Collective("comm.Allreduce", _mpi_allreduce, lambda n: 2 * (n - 1) / n,
-                            True, False, VARIANTS, _flat),
-    "reduce_scatter": Collective("comm.Reduce_scatter", _mpi_reduce_scatter,
-                                 lambda n: (n - 1) / n, True, True, (OUT_OF_PLACE,),
-                                 lambda n, c: ((n * c,), (c,))),
-    "allgather": Collective("comm.Allgather", _mpi_allgather, lambda n: (n - 1) / n,
-                            False, True, (OUT_OF_PLACE,), lambda n, c: ((c,), (n, c))),
-    "reduce": Collective("comm.Reduce", _mpi_reduce, lambda n: 1.0, True, False, VARIANTS,
-                         _flat, rooted=True),
-    "bcast": Collective("comm.Bcast", _mpi_bcast, lambda n: 1.0, False, False, (IN_PLACE,),
-                        _flat, rooted=True),
-    "alltoall": Collective("comm.Alltoall", _mpi_alltoall, lambda n: (n - 1) / n, False, True,
-                           VARIANTS, lambda n, c: ((n, c), (n, c))),
-}
+def collectives() -> list[str]:
+    """The collectives the bench times: every registered record that moves data (not barrier,
+    whose count is 0 whatever x is: it has no sizes to sweep)."""
+    return [r.name for r in records() if r.count(1, 2) > 0]
 
 
 def entry(name: str) -> Collective:
-    """The table entry of ``name``; ValueError if pyar does not implement it (yet)."""
-    if name not in COLLECTIVES:
-        raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {name!r}")
-    if not callable(getattr(pyar, name, None)):
-        ready = ", ".join(c for c in COLLECTIVES if callable(getattr(pyar, c, None)))
-        raise ValueError(f"pyar.{name} is not implemented in this version of pyar, so it "
-                         f"cannot be benchmarked; available: {ready}")
-    return COLLECTIVES[name]
+    """The record of ``name``; ValueError listing the collectives the bench times otherwise."""
+    if name not in collectives():
+        raise ValueError(f"collective must be one of {', '.join(collectives())}, got {name!r}")
+    return record_of(name)
 
 
-def _pyar_call(name: str, coll: Collective, algorithm: str, comm: Comm, op):
-    """``call(x, out)`` -> a no-argument callable running pyar's collective on those buffers."""
-    function = getattr(pyar, name)
+def variants(record: Collective) -> tuple:
+    """The bench's rows of ``record``: out of place where its result can live apart from x, in
+    place where it works in x and its result is x's shape (out is x). Judged at 2 ranks, so
+    the rows do not depend on the rank count (at 1 a block is all of x)."""
+    x_shape, out_shape = record.shapes(2, 1)
+    return tuple(v for v, has in ((OUT_OF_PLACE, record.out_of_place),
+                                  (IN_PLACE, record.in_place and x_shape == out_shape)) if has)
+
+
+def _gets_result(record: Collective, rank: int, size: int) -> bool:
+    """Whether ``rank`` gets a result (its postcondition is not None: not so off reduce's
+    root), asked of the record on a tiny input."""
+    x_shape, _ = record.shapes(size, 1)
+    inputs = [np.ones(x_shape)] * size
+    return record.expected(inputs, rank, ROOT, ops.Op.SUM)[0] is not None
+
+
+def _library(record: Collective, m: MPI.Comm, x, out, op) -> None:
+    """The MPI library's own collective from x into out (``out is x``: in place), and avg's
+    division where this rank has the result."""
+    record.library(m, x, out, op.reduction if record.reduces else None, ROOT)
+    if record.reduces and op is ops.Op.AVG and (not record.rooted or m.rank == ROOT):
+        np.divide(out, m.size, out=out)
+
+
+def _pyar_call(record: Collective, algorithm: str, comm: Comm, op):
+    """``call(x, out)`` -> a no-argument callable running pyar's collective on those buffers:
+    the API's function of that name where pyar has one (allreduce's keeps its fast path for
+    repeated calls), else the generic :func:`pyar.collective`."""
+    function = getattr(pyar, record.name, None)
+    if not callable(function):
+        function = functools.partial(pyar.collective, record.name)
     kwargs = {"algorithm": algorithm, "comm": comm}
-    if coll.reduces:
+    if record.reduces:
         kwargs["op"] = op
-    if coll.rooted:
+    if record.rooted:
         kwargs["root"] = ROOT
-    if coll.variants == (IN_PLACE,):            # bcast: in place by definition
+    if not record.out_of_place:                 # bcast: in place by definition, no out
         return lambda x, out: lambda: function(x, **kwargs)
     return lambda x, out: lambda: function(x, out, **kwargs)
 
 
-def _library_call(name: str, coll: Collective, comm: Comm, op):
+def _library_call(record: Collective, comm: Comm, op):
     m = comm.mpi
-    widened = _pyar_call(name, coll, LIBRARY, comm, op)
+    widened = _pyar_call(record, LIBRARY, comm, op)
 
     def call(x, out):
-        if coll.reduces and x.dtype in ops.HALF:    # MPI has no half types: pyar's "mpi"
+        if record.reduces and x.dtype in ops.HALF:  # MPI has no half types: pyar's "mpi"
             return widened(x, out)                  # widens them to float32 around the call
         def run():
-            coll.mpi(m, x, out, op)
+            _library(record, m, x, out, op)
             return out
         return run
     return call
@@ -217,7 +181,7 @@ def gloo_peer(comm: Comm, name: str, dtype: np.dtype, op):
     store on a free port and sends the port to the others over MPI. All ranks
     must share one node. ValueError if torch is missing or cannot do this.
     """
-    if name != "allreduce":
+    if name != "allreduce":     # the one name test here: gloo's peer is its all_reduce alone
         raise ValueError(f"--peer gloo times allreduce only, not {name}")
     try:
         import torch
@@ -306,41 +270,41 @@ class _Oracle(NamedTuple):
     scale: np.ndarray | None        # what the rounding error of a reduction is relative to
 
 
-def _oracle(coll: Collective, m: MPI.Comm, pristine, out_shape, op) -> _Oracle:
+def _oracle(record: Collective, m: MPI.Comm, pristine, out_shape, op) -> _Oracle:
     """The MPI library's own result on ``pristine`` input and, for reductions, its tolerance scale
     (the same collective of the magnitudes in float64)."""
-    in_place_only = coll.variants == (IN_PLACE,)
+    in_place_only = not record.out_of_place
     x = pristine.copy()
-    if coll.reduces and x.dtype in ops.HALF:        # MPI has no half types: on float32
+    if record.reduces and x.dtype in ops.HALF:      # MPI has no half types: on float32
         x = x.astype(np.float32)
     out = x if in_place_only else np.empty(out_shape, x.dtype)
-    coll.mpi(m, x, out, op)
+    _library(record, m, x, out, op)
     scale = None
-    if coll.reduces:
+    if record.reduces:
         magnitude = np.abs(pristine.astype(np.float64))
-        scale = np.empty(out_shape, np.float64)
-        coll.mpi(m, magnitude, scale, ops.Op.PROD if op is ops.Op.PROD else
+        scale = magnitude if in_place_only else np.empty(out_shape, np.float64)
+        _library(record, m, magnitude, scale, ops.Op.PROD if op is ops.Op.PROD else
                  ops.Op.AVG if op is ops.Op.AVG else ops.Op.SUM)
-    if coll.rooted and coll.reduces and m.rank != ROOT:
+    if not _gets_result(record, m.rank, m.size):
         return _Oracle(None, None)
     return _Oracle(out, scale)
 
 
-def _count_wrong(coll: Collective, oracle: _Oracle, result, op, size: int) -> int:
+def _count_wrong(record: Collective, oracle: _Oracle, result, op, size: int) -> int:
     if oracle.expected is None:
         return 0
     expected = oracle.expected.reshape(-1)
     if result is None or np.size(result) != expected.size:
         return expected.size
     differ = np.flatnonzero(np.asarray(result).reshape(-1) != expected)
-    if not coll.reduces or not differ.size:
+    if not record.reduces or not differ.size:
         return differ.size
     # only the elements that differ need the tolerance (which is many passes over the data)
     return verify.mismatches(np.asarray(result).reshape(-1)[differ], expected[differ], op, size,
                              oracle.scale.reshape(-1)[differ]).size
 
 
-def _check(m: MPI.Comm, coll: Collective, oracle: _Oracle, runs, x, out, pristine, op) -> list:
+def _check(m: MPI.Comm, record: Collective, oracle: _Oracle, runs, x, out, pristine, op) -> list:
     """#wrong of each of ``runs``, summed over ranks: one untimed call each on fresh input,
     into an ``out`` filled with junk first so that a call which writes nothing is caught."""
     wrong = np.zeros(len(runs), np.int64)
@@ -348,7 +312,7 @@ def _check(m: MPI.Comm, coll: Collective, oracle: _Oracle, runs, x, out, pristin
         np.copyto(x, pristine)
         if out is not x:
             out.view(np.uint8).fill(0xA5)
-        wrong[i] = _count_wrong(coll, oracle, run(), op, m.size)
+        wrong[i] = _count_wrong(record, oracle, run(), op, m.size)
     m.Allreduce(MPI.IN_PLACE, wrong, MPI.SUM)
     return wrong.tolist()
 
@@ -366,10 +330,10 @@ def _measure(seconds: float, nbytes: int, factor: float, wrong) -> dict:
     return {"time_us": seconds * 1e6, "algbw": algbw, "busbw": algbw * factor, "wrong": wrong}
 
 
-def _auto_choice(name: str, c: Comm, x: np.ndarray) -> str:
-    """What ``auto`` runs for ``x`` (the call pyar's API makes: allgather's count is the total)."""
-    scale = c.size if name == "allgather" else 1
-    return tuner.select(name, AUTO, c.size, x.size * scale, x.nbytes * scale, x.dtype,
+def _auto_choice(record: Collective, c: Comm, x: np.ndarray) -> str:
+    """What ``auto`` runs for ``x`` (the call pyar's API makes: on the record's count)."""
+    count = record.count(x.size, c.size)
+    return tuner.select(record.name, AUTO, c.size, count, count * x.dtype.itemsize, x.dtype,
                         topology=c.topology)
 
 
@@ -383,10 +347,11 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
     """
     c = Comm.of(comm)
     m, size = c.mpi, c.size
-    coll = entry(collective)
+    record = entry(collective)
+    rows_of = variants(record)
     op = ops.resolve(op)
     dtype = ops.check_dtype(dtype)
-    if coll.reduces:
+    if record.reduces:
         ops.check(op, dtype)
     if check not in (0, 1):
         raise ValueError(f"check must be 0 or 1, got {check!r}")
@@ -399,17 +364,18 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
     for name in names:
         if name != AUTO:
             check_name(name, collective)
-    impls = [Implementation(LIBRARY, _library_call(collective, coll, c, op), coll.variants)]
-    impls += [Implementation(n, _pyar_call(collective, coll, n, c, op), coll.variants)
+    impls = [Implementation(LIBRARY, _library_call(record, c, op), rows_of)]
+    impls += [Implementation(n, _pyar_call(record, n, c, op), rows_of)
               for n in names]
     if peer == GLOO:
         impls.append(Implementation(GLOO, gloo_peer(c, collective, dtype, op), (IN_PLACE,)))
 
     config = dict(
-        collective=collective, baseline=coll.library, ranks=size, dtype=dtype.name,
-        op=str(op) if coll.reduces else "none", minbytes=steps[0], maxbytes=parse_size(maxbytes),
+        collective=collective, baseline=record.library_name, ranks=size, dtype=dtype.name,
+        op=str(op) if record.reduces else "none", minbytes=steps[0],
+        maxbytes=parse_size(maxbytes),
         stepfactor=int(stepfactor), iters=iters, warmup=warmup, check=check,
-        algorithms=[i.name for i in impls], root=ROOT if coll.rooted else None,
+        algorithms=[i.name for i in impls], root=ROOT if record.rooted else None,
         pyar_algo=os.environ.get("PYAR_ALGO"), pyar=pyar.__version__,
         mpi_library=MPI.Get_library_version().strip().splitlines()[0].strip(),
         mpi4py=mpi4py.__version__, numpy=np.__version__, python=sys.version.split()[0])
@@ -418,18 +384,18 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
         say(line)
 
     rows = []
-    primary = coll.variants[0]
+    primary = rows_of[0]
     pyar_names = [n for n in names if n != AUTO]
     for nbytes in steps:
         total = max(nbytes // dtype.itemsize, 1)
-        count = max(total // size, 1) if coll.blocked else total
-        x_shape, out_shape = coll.shapes(size, count)
+        count = max(total // size, 1) if record.blocked else total
+        x_shape, out_shape = record.shapes(size, count)
         span = max(int(np.prod(x_shape)), int(np.prod(out_shape))) * dtype.itemsize
         pristine = verify.sample(c.rank, int(np.prod(x_shape)), dtype,
-                                 op if coll.reduces else ops.Op.SUM).reshape(x_shape)
+                                 op if record.reduces else ops.Op.SUM).reshape(x_shape)
         n_iters = iters or default_iters(span)
         n_warmup = default_warmup(span) if warmup is None else warmup
-        oracle = _oracle(coll, m, pristine, out_shape, op) if check else None
+        oracle = _oracle(record, m, pristine, out_shape, op) if check else None
         found = {impl.name: {} for impl in impls}
         for variant in VARIANTS:
             active = [impl for impl in impls if variant in impl.variants]
@@ -444,10 +410,10 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
             with np.errstate(over="ignore", invalid="ignore"):     # repeated in-place sums
                 seconds = (_time_interleaved(m, runs[:ours], n_iters, n_warmup)
                            + _time_interleaved(m, runs[ours:], n_iters, n_warmup))
-            wrong = (_check(m, coll, oracle, runs, x, out, pristine, op) if check
+            wrong = (_check(m, record, oracle, runs, x, out, pristine, op) if check
                      else [None] * len(runs))
             for impl, t, w in zip(active, seconds, wrong):
-                found[impl.name][variant] = _measure(t, span, coll.factor(size), w)
+                found[impl.name][variant] = _measure(t, span, record.factor(size), w)
         best = min((found[n][primary]["time_us"] for n in pyar_names), default=None)
         for impl in impls:
             mine = found[impl.name]
@@ -455,7 +421,7 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
             row = dict(
                 size=span, count=count, type=dtype.name, redop=config["op"],
                 algorithm=impl.name,
-                chosen=_auto_choice(collective, c, pristine) if impl.name == AUTO else None,
+                chosen=_auto_choice(record, c, pristine) if impl.name == AUTO else None,
                 iters=n_iters, warmup=n_warmup,
                 out_of_place=mine.get(OUT_OF_PLACE), in_place=mine.get(IN_PLACE),
                 vs_mpi={v: mine[v]["time_us"] / found[LIBRARY][v]["time_us"]

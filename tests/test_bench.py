@@ -9,6 +9,7 @@ import pytest
 from launch import explain, run
 
 import pyar
+import pyar.collectives
 from pyar import bench
 from pyar.bench import format_size, parse_algorithms, parse_size, sizes
 
@@ -80,9 +81,9 @@ def test_bench_counts_a_wrong_algorithm(tmp_path):
 
 
 def test_bench_drives_every_collective(tmp_path):
-    """Each table entry (pyar's own collective where it has one, else a plain mpi4py stand-in):
-    nccl-tests sizes and bus factors, variants, and every row correct."""
-    proc = run(3, "tests/bench_driver.py", "stand_ins", str(tmp_path), "--", "-b", "24",
+    """Each collective's record: nccl-tests sizes and bus factors, variants, and every row
+    correct."""
+    proc = run(3, "tests/bench_driver.py", "others", str(tmp_path), "--", "-b", "24",
                "-e", "1536", "-f", "64", "-n", "2", "-w", "1", "-a", "auto", timeout=300)
     assert proc.returncode == 0, explain(proc)
     expect = {  # collective: (size for -b 24 and -e 1536 at 3 ranks, count, factor, variants)
@@ -125,15 +126,29 @@ def test_bench_rejects_bad_arguments_before_timing():
         assert not table_rows(proc.stdout), (args, proc.stdout)
 
 
-def test_a_collective_pyar_lacks_is_unavailable(monkeypatch):
-    monkeypatch.delattr(pyar, "alltoall", raising=False)
-    with pytest.raises(ValueError, match="pyar.alltoall is not implemented in this version"):
+def test_the_bench_times_the_registered_collectives_that_move_data(monkeypatch):
+    assert bench.collectives() == ["allreduce", "reduce_scatter", "allgather", "reduce",
+                                   "bcast", "alltoall"]         # not barrier: no sizes
+    assert bench.entry("allreduce") is pyar.collectives.collective("allreduce")
+    assert bench.entry("allreduce").library_name == "comm.Allreduce"
+    for name in ("barrier", "gather"):
+        with pytest.raises(ValueError, match="collective must be one of allreduce, "):
+            bench.entry(name)
+    monkeypatch.delitem(pyar.collectives._records, "alltoall")
+    with pytest.raises(ValueError, match="collective must be one of"):
         bench.entry("alltoall")
-    assert bench.entry("allreduce").library == "comm.Allreduce"
+
+
+def test_the_rows_of_each_collective_are_its_records():
+    """Out of place where a result apart from x exists, in place where out can be x."""
+    both, oop, ip = ("out_of_place", "in_place"), ("out_of_place",), ("in_place",)
+    assert {name: bench.variants(bench.entry(name)) for name in bench.collectives()} == {
+        "allreduce": both, "reduce_scatter": oop, "allgather": oop, "reduce": both,
+        "bcast": ip, "alltoall": both}
 
 
 def test_exact_collectives_count_every_differing_element():
-    allgather = bench.COLLECTIVES["allgather"]
+    allgather = pyar.collectives.collective("allgather")
     expected = np.arange(12, dtype=np.float32).reshape(3, 4)
     result = expected.copy()
     result[1, 2] += 1
@@ -145,7 +160,7 @@ def test_exact_collectives_count_every_differing_element():
 
 
 def test_reductions_count_only_what_is_beyond_tolerance():
-    allreduce = bench.COLLECTIVES["allreduce"]
+    allreduce = pyar.collectives.collective("allreduce")
     expected = np.full(8, 3000.0, np.float32)
     scale = np.full(8, 3000.0)
     result = expected.copy()
@@ -197,7 +212,7 @@ def test_batches_take_turns_each_one_implementation_later():
 def test_a_call_that_writes_nothing_is_wrong_even_after_a_right_one():
     from mpi4py import MPI
 
-    allreduce = bench.COLLECTIVES["allreduce"]
+    allreduce = pyar.collectives.collective("allreduce")
     pristine = np.arange(1.0, 9.0, dtype=np.float32)
     x, out = pristine.copy(), pristine.copy()           # out already holds the right answer
     oracle = bench._Oracle(pristine.copy(), np.abs(pristine).astype(np.float64))

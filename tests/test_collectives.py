@@ -5,53 +5,38 @@ import pytest
 from hypothesis import given, strategies as st
 
 import pyar
-from pyar.algorithms import COLLECTIVES
-from pyar.collectives import REDUCING, ROOTED
+from pyar.collectives import collective as record_of, records
 from pyar.ops import DTYPES, Op, is_float
-from pyar.schedule import split
-from pyar.verify import describe, magnitude, mismatches, reference, sample
+from pyar.verify import describe, mismatches, sample
 
-CASES = [(c, a) for c in COLLECTIVES if c not in ("allreduce", "barrier")
-         for a in pyar.algorithms(c) if a != "mpi"]
+# every algorithm of every collective that takes data but allreduce (tests/test_algorithms.py)
+CASES = [(r.name, a) for r in records() if r.name != "allreduce" and r.count(1, 2) > 0
+         for a in pyar.algorithms(r.name) if a != "mpi"]
 SAME_EVERYWHERE = {"allreduce", "allgather", "bcast"}     # every rank gets the same bits
 
 
 def inputs_for(collective, size, count, op, dtype, seed=0):
-    """Per-rank ``x``: ``count`` elements each (``(size, count // size)`` for alltoall)."""
-    if collective == "alltoall":
+    """Per-rank ``x``: ``count`` elements each, as ``(size, count // size)`` where the record's
+    x has one row per rank (alltoall's)."""
+    if len(record_of(collective).shapes(size, 1)[0]) > 1:
         count -= count % size
         return [sample(r, count, dtype, op, seed).reshape(size, -1) for r in range(size)]
     return [sample(r, count, dtype, op, seed) for r in range(size)]
 
 
-def expected(collective, xs, rank, root, op):
-    """What ``rank`` must get, by numpy; a reduction comes back in float64 with its scale."""
-    size = len(xs)
-    if collective in REDUCING:
-        total, scale = reference(xs, op), magnitude(xs, op)
-        if collective == "reduce_scatter":
-            block = slice(*split(xs[0].size, size)[rank])
-            return total.reshape(-1)[block], scale.reshape(-1)[block]
-        return (total, scale) if rank == root or collective == "allreduce" else (None, None)
-    if collective == "allgather":
-        return np.stack(xs), None
-    if collective == "bcast":
-        return xs[root], None
-    return np.stack([x[rank] for x in xs]), None       # alltoall
-
-
 def check(collective, algorithm, size, count, op=Op.SUM, dtype=np.int64, root=0, seed=0,
           topology=None):
+    record = record_of(collective)
     xs = inputs_for(collective, size, count, op, dtype, seed)
     originals = [x.copy() for x in xs]
-    n = xs[0].size * size if collective == "allgather" else xs[0].size
-    root = root if collective in ROOTED else 0
+    n = record.count(xs[0].size, size)
+    root = root if record.rooted else 0
     schedule = pyar.schedule(algorithm, size, n, collective=collective, root=root,
                              topology=topology)
     result = pyar.simulate(schedule, xs, op=op)
     what = f"{collective} {algorithm} N={size} count={count} root={root} {op} {np.dtype(dtype)}"
     for r, out in enumerate(result.outputs):
-        want, scale = expected(collective, xs, r, root, op)
+        want, scale = record.expected(xs, r, root, op)
         if want is None:
             assert out is None, f"{what}: rank {r} must get None"
             continue
@@ -77,7 +62,8 @@ def test_every_size_up_to_64(collective, algorithm):
 def test_every_op_and_dtype(collective, algorithm):
     for dtype in DTYPES:
         for op in Op:
-            if op is Op.AVG and not is_float(dtype) or collective not in REDUCING and op != Op.SUM:
+            if op is Op.AVG and not is_float(dtype) or \
+                    not record_of(collective).reduces and op != Op.SUM:
                 continue
             for size in (2, 5, 8):
                 check(collective, algorithm, size, 3 * size + 2, op, dtype, root=size - 1)

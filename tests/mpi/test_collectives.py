@@ -1,76 +1,70 @@
 """The collective family against the MPI library's own, at whatever size mpiexec gives.
 
-Oracles: MPI_Reduce_scatter with numpy.array_split counts, MPI_Allgather,
-MPI_Reduce, MPI_Bcast and MPI_Alltoall on the same data. Run with
-PYAR_RANKS_PER_NODE set, ``hierarchical`` and the Comm's topology see
-several nodes.
+The oracle is each record's ``library`` (MPI_Reduce_scatter with
+numpy.array_split counts, MPI_Allgather, MPI_Reduce, MPI_Bcast, MPI_Alltoall)
+on the same data: the one copy of the MPI call, which ``algorithm="mpi"``
+also makes, so every schedule is held to it and a wrong ``library`` fails
+them. Run with PYAR_RANKS_PER_NODE set, ``hierarchical`` and the Comm's
+topology see several nodes.
 """
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from mpi4py import MPI
 
 import pyar
 from pyar.algorithms import algorithm as registered
-from pyar.collectives import REDUCING
-from pyar.executors.mpi import library_op
+from pyar.collectives import collective as record_of, records
 from pyar.ops import DTYPES, HALF, Op, is_float
 from pyar.verify import describe, mismatches, sample
 
 from checks import agree
 
-CASES = [(c, a) for c in ("reduce_scatter", "allgather", "reduce", "bcast", "alltoall")
-         for a in pyar.algorithms(c)]
+# every collective that takes data but allreduce (test_allreduce.py), built in when collected
+CASES = [(r.name, a) for r in records() if r.name != "allreduce" and r.count(1, 2) > 0
+         for a in pyar.algorithms(r.name)]
 
 
-def typed(a):
-    return [a, MPI.Datatype.fromcode(a.dtype.char)]
+def gets_result(record, x, rank, size, root):
+    """Whether ``rank`` gets a result: its postcondition is not None (off reduce's root)."""
+    return record.expected([np.zeros(x.shape)] * size, rank, root, Op.SUM)[0] is not None
 
 
 def oracle(comm, collective, x, op, root):
     """(expected, scale) on this rank from the MPI library's own collective; None off the root."""
+    record = record_of(collective)
     size, rank = comm.size, comm.rank
-    flat = np.ascontiguousarray(x).reshape(-1)
-    if collective in ("reduce_scatter", "reduce"):
-        if x.dtype in HALF:             # MPI has no half types: the oracle works in float32
-            x, flat = x.astype(np.float32), flat.astype(np.float32)
-        magnitude = np.abs(flat.astype(np.float64))
-        by = Op.PROD if op is Op.PROD else Op.SUM
-        if collective == "reduce_scatter":
-            counts = [len(b) for b in np.array_split(flat, size)]
-            expected, scale = np.empty(counts[rank], x.dtype), np.empty(counts[rank])
-            comm.Reduce_scatter(typed(flat), typed(expected), counts, library_op(op.reduction))
-            comm.Reduce_scatter(magnitude, scale, counts, library_op(by))
-        else:
-            expected, scale = np.empty_like(flat), np.empty_like(magnitude)
-            comm.Reduce(typed(flat), typed(expected), library_op(op.reduction), root)
-            comm.Reduce(magnitude, scale, library_op(by), root)
-            if rank != root:
-                return None, None
-            expected, scale = expected.reshape(x.shape), scale.reshape(x.shape)
-        if op is Op.AVG:
-            expected, scale = expected / size, scale / size
-        return expected, scale
-    if collective == "allgather":
-        expected = np.empty((size, *x.shape), x.dtype)
-        comm.Allgather([flat, MPI.BYTE], [expected, MPI.BYTE])
-    elif collective == "bcast":
-        expected = flat.copy()
-        comm.Bcast([expected, MPI.BYTE], root)
+    x = np.ascontiguousarray(x)
+    if record.reduces and x.dtype in HALF:      # MPI has no half types: the oracle works in float32
+        x = x.astype(np.float32)
+    shape = record.result_shape(x.shape, size, rank)
+    if not record.out_of_place:                 # bcast: in place
+        expected = x.copy()
+        record.library(comm, expected, expected, None, root)
     else:
-        expected = np.empty_like(flat)
-        comm.Alltoall([flat, MPI.BYTE], [expected, MPI.BYTE])
-    return expected.reshape(x.shape if collective != "allgather" else expected.shape), None
+        expected = np.empty(shape, x.dtype)
+        record.library(comm, x, expected, op.reduction if record.reduces else None, root)
+    scale = None
+    if record.reduces:
+        magnitude = np.abs(x.astype(np.float64))
+        scale = np.empty(shape)
+        record.library(comm, magnitude, scale, (Op.PROD if op is Op.PROD else Op.SUM).reduction,
+                       root)
+    if not gets_result(record, x, rank, size, root):
+        return None, None
+    if record.reduces and op is Op.AVG:
+        expected, scale = expected / size, scale / size
+    return expected, scale
 
 
 def call(collective, x, out, op, algorithm, root):
+    record = record_of(collective)
     kw = {"algorithm": algorithm}
-    if collective in REDUCING:
+    if record.reduces:
         kw["op"] = op
-    if collective in ("reduce", "bcast"):
+    if record.rooted:
         kw["root"] = root
-    if collective == "bcast":
+    if not record.out_of_place:                 # bcast: no out
         return getattr(pyar, collective)(x, **kw)
     return getattr(pyar, collective)(x, out, **kw)
 
@@ -96,37 +90,40 @@ def verdict(collective, result, expected, scale, op, size, dtype):
     bad = mismatches(result, expected, op, size, scale)
     if bad.size:
         return describe(result, expected, bad)
-    if collective in ("allgather", "bcast", "alltoall") and result.tobytes() != expected.tobytes():
+    if not record_of(collective).reduces and result.tobytes() != expected.tobytes():
         return "not bitwise the library's"
     return None
 
 
 def ops_for(collective, dtype):
-    if collective not in REDUCING:
+    if not record_of(collective).reduces:
         return [Op.SUM]
     return [op for op in Op if op is not Op.AVG or is_float(dtype)]
 
 
 def shaped(collective, size, count):
-    return (size, count) if collective == "alltoall" else (count,)
+    """x's shape for ``count`` elements per row: one row per rank where the record's x has
+    rows (alltoall's)."""
+    return (size, count) if len(record_of(collective).shapes(size, 1)[0]) > 1 else (count,)
 
 
 @pytest.mark.parametrize("collective,algorithm", CASES)
 def test_every_op_dtype_count_and_root(comm, collective, algorithm):
-    roots = sorted({0, comm.size - 1}) if collective in ("reduce", "bcast") else [0]
+    roots = sorted({0, comm.size - 1}) if record_of(collective).rooted else [0]
     for dtype in DTYPES:
         for op in ops_for(collective, dtype):
             for count in (0, 1, max(comm.size - 1, 1), 1000):
                 for root in roots:
-                    x = sample(comm.rank, count * (comm.size if collective == "alltoall" else 1),
-                               dtype, op, seed=count).reshape(shaped(collective, comm.size, count))
+                    shape = shaped(collective, comm.size, count)
+                    x = sample(comm.rank, int(np.prod(shape)), dtype, op,
+                               seed=count).reshape(shape)
                     check(comm, collective, algorithm, x, op, root,
                           f"{collective} {algorithm} {op} {dtype} count={count} root={root}")
 
 
 BACK_TO_BACK = [("allreduce", a) for a in pyar.algorithms() if a == "mpi" or
                 registered(a, "allreduce").auto] + \
-    [(c, a) for c, a in CASES if c in ("reduce", "bcast")]
+    [(c, a) for c, a in CASES if record_of(c).rooted]
 
 
 @pytest.mark.parametrize("collective,algorithm", BACK_TO_BACK)
@@ -139,12 +136,7 @@ def test_calls_back_to_back_each_get_their_own_data(comm, collective, algorithm)
     results = [call(collective, x.copy(), None, Op.SUM, algorithm, root) for x in xs]
     wrong = []
     for i, (x, result) in enumerate(zip(xs, results)):
-        if collective == "allreduce":
-            expected, scale = np.empty_like(x), np.empty_like(x)
-            comm.Allreduce(x, expected, MPI.SUM)
-            comm.Allreduce(np.abs(x), scale, MPI.SUM)
-        else:
-            expected, scale = oracle(comm, collective, x, Op.SUM, root)
+        expected, scale = oracle(comm, collective, x, Op.SUM, root)
         bad = verdict(collective, result, expected, scale, Op.SUM, comm.size, x.dtype)
         if bad:
             wrong.append(f"call {i}: {bad}")
@@ -162,13 +154,14 @@ LAYOUTS = ["new", "in_place", "out", "strided_new", "strided_in_place", "strided
        root=st.integers(0, 63), seed=st.integers(0, 2**16))
 def test_property_against_the_library(comm, case, op, dtype, layout, shape, root, seed):
     collective, algorithm = case
-    if op is Op.AVG and not is_float(dtype) or collective not in REDUCING:
+    record = record_of(collective)
+    if op is Op.AVG and not is_float(dtype) or not record.reduces:
         op = Op.SUM
-    if collective == "alltoall":
+    if len(record.shapes(comm.size, 1)[0]) > 1:         # alltoall: one row per rank
         shape = (comm.size, *shape[1:])
-    if collective == "bcast" and not layout.endswith("in_place"):
+    if not record.out_of_place and not layout.endswith("in_place"):     # bcast
         layout = layout.replace("new", "in_place").replace("out", "in_place")
-    if collective == "allgather" and layout.endswith("in_place"):
+    if not record.in_place and layout.endswith("in_place"):             # allgather
         layout = layout.replace("in_place", "out")
     root %= comm.size
     data = sample(comm.rank, int(np.prod(shape)), dtype, op, seed).reshape(shape)
@@ -183,9 +176,7 @@ def test_property_against_the_library(comm, case, op, dtype, layout, shape, root
     if layout.endswith("in_place"):
         out = x
     elif layout.endswith("out"):
-        block = np.array_split(np.zeros(x.size), comm.size)[comm.rank].size
-        out_shape = {"reduce_scatter": (block,), "allgather": (comm.size, *shape)}.get(
-            collective, shape)
+        out_shape = record.result_shape(shape, comm.size, comm.rank)
         out = np.full(out_shape, 7, dtype)
         if layout == "strided_out" and out.ndim and out.shape[-1] > 0:
             out = np.full(out_shape[:-1] + (2 * out_shape[-1],), 7, dtype)[..., 1::2]
@@ -193,7 +184,7 @@ def test_property_against_the_library(comm, case, op, dtype, layout, shape, root
     returned_out = out is None or out is x or result is None or result is out
     agree(comm, returned_out, f"{what}: must return out")
     agree(comm, out is x or np.array_equal(x, data), f"{what}: modified x")
-    agree(comm, collective != "bcast" or result is x, f"{what}: bcast returns x")
+    agree(comm, record.out_of_place or result is x, f"{what}: bcast returns x")
 
 
 def test_root_and_count_mismatches_raise_everywhere(comm):

@@ -46,6 +46,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
+from .. import settings
 from ..errors import TimeoutError
 from ..topology import Topology
 
@@ -137,7 +138,8 @@ class Pool:
     def __init__(self, comm: MPI.Comm, nbytes: int):
         rank, size = comm.Get_rank(), comm.Get_size()
         shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-        emulated = Topology.from_environment(size, [0] * size).node_of[rank]
+        per_node = settings.current().ranks_per_node
+        emulated = Topology.regular(size, per_node).node_of[rank] if per_node else 0
         self.node = shared.Split(emulated, rank)
         shared.Free()
         group, local = comm.Get_group(), self.node.Get_group()
@@ -216,27 +218,17 @@ def _free_pool(comm, keyval, pool) -> None:
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_pool)     # a communicator's Pool
 
 
-def _setting(name: str, default, minimum, kind, what: str):
-    text = os.environ.get(name, "").strip()
-    try:
-        value = kind(text) if text else default
-    except ValueError:
-        value = None
-    if value is None or not value >= minimum:
-        raise ValueError(f"{name} must be {what}, got {text!r}")
-    return value
-
-
 def pool_of(comm: MPI.Comm) -> Pool | None:
     """The :class:`Pool` of ``comm``, made on the first call (collective) and freed with
-    ``comm``; None if PYAR_SHM_BYTES is 0. Reads PYAR_SHM_TIMEOUT into WAIT_SECONDS."""
+    ``comm``; None if PYAR_SHM_BYTES is 0. Takes PYAR_SHM_TIMEOUT into WAIT_SECONDS (both
+    as every rank agreed on them: :func:`pyar.settings.current`)."""
     found = comm.Get_attr(_KEYVAL)
     if found is None:
         global WAIT_SECONDS
-        WAIT_SECONDS = _setting("PYAR_SHM_TIMEOUT", WAIT_SECONDS, 1e-3, float,
-                                "a number of seconds > 0")
-        nbytes = _setting("PYAR_SHM_BYTES", POOL_BYTES, 0, int,
-                          "an integer >= 0 (bytes of shared memory per rank; 0: none)")
+        agreed = settings.current()
+        if agreed.shm_timeout is not None:
+            WAIT_SECONDS = agreed.shm_timeout
+        nbytes = POOL_BYTES if agreed.shm_bytes is None else agreed.shm_bytes
         found = Pool(comm, nbytes) if nbytes else False
         comm.Set_attr(_KEYVAL, found)
     return found or None

@@ -30,9 +30,15 @@ VARIANTS = {"allreduce": ("new", "in_place", "out", "strided_out"),
             "reduce": ("new", "in_place", "out", "strided_out"),
             "bcast": ("in_place",),
             "alltoall": ("new", "in_place", "out", "strided_out")}
-# (layout, number of dimensions): 1-D layouts for every collective but alltoall, 2-D for all
-LAYOUTS = [("contiguous", 1), ("strided", 1), ("reversed", 1),
-           ("contiguous", 2), ("strided", 2), ("rows", 2), ("fortran", 2), ("reversed", 2)]
+LAYOUTS_1D = ("contiguous", "strided", "reversed")
+LAYOUTS_2D = ("strided", "rows", "fortran", "reversed")
+
+
+def layouts(collective):
+    """(layout, number of dimensions) of x: alltoall's has a row per rank, so 2-D only."""
+    if collective == "alltoall":
+        return [(layout, 2) for layout in ("contiguous", *LAYOUTS_2D)]
+    return [(layout, 1) for layout in LAYOUTS_1D] + [(layout, 2) for layout in LAYOUTS_2D]
 
 
 def buffer_counts(collective, algorithm):
@@ -81,9 +87,7 @@ def cases():
                                  if collective == "allreduce" else [])
         for algorithm in algorithms:
             for count in buffer_counts(collective, algorithm):
-                for layout, ndim in LAYOUTS:
-                    if collective == "alltoall" and ndim == 1:
-                        continue
+                for layout, ndim in layouts(collective):
                     for variant in variants:
                         yield pytest.param(collective, algorithm, count, layout, ndim, variant,
                                            id=f"{collective}-{algorithm}-{count}-{layout}"

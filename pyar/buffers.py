@@ -30,7 +30,7 @@ def check_array(x, name: str = "x") -> np.ndarray:
     """``x`` if it is a numpy array of a supported dtype; TypeError otherwise."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
-    ops.check_dtype(x.dtype)
+    ops.check_dtype(x.dtype, name)
     return x
 
 
@@ -52,7 +52,11 @@ def prepare(x: np.ndarray, out, copy: bool = True) -> Work:
     if out is None:
         result = np.array(x, order="C") if copy else np.empty(x.shape, x.dtype)
         return Work(result.reshape(-1), result, None)
-    check_out(out, x.shape, x.dtype)
+    if out is not x:
+        check_out(out, x.shape, x.dtype)
+    elif not x.flags.writeable:
+        raise ValueError("x is read-only, so the result cannot be written into it (out=x, in "
+                         "place); pass a writeable x, or out=None for a new array")
     if out.flags.c_contiguous:
         if out is not x and copy:
             np.copyto(out, x)

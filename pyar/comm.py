@@ -9,30 +9,18 @@ caches compiled schedules and numbers the collectives called on it.
 
 from __future__ import annotations
 
-import os
 import zlib
 
 import numpy as np
 from mpi4py import MPI
 
+from . import settings
 from .errors import PyarError, TimeoutError
 from .executors import progress
 from .executors.mpi import RESIDENT_TAG
 from .topology import Topology
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
-
-
-def _timeout_setting() -> float | None:
-    """``PYAR_TIMEOUT``: seconds every wait of a collective is bounded by (unset: none)."""
-    text = os.environ.get("PYAR_TIMEOUT", "").strip()
-    if not text:
-        return None
-    try:
-        return progress.check_timeout(float(text))
-    except ValueError:
-        raise ValueError(f"PYAR_TIMEOUT must be a number of seconds > 0 (or unset: no "
-                         f"timeout), got {text!r}") from None
 
 
 def _free_duplicate(comm, keyval, attr):
@@ -46,7 +34,8 @@ class Comm:
     """A communicator for pyar's collectives.
 
     ``Comm(comm)`` wraps an mpi4py communicator (``None`` = COMM_WORLD).
-    Creating one duplicates ``comm``: a collective call on every rank.
+    Creating one duplicates ``comm``: a collective call on every rank, which
+    first checks every rank's ``PYAR_*`` settings (:func:`pyar.settings.agree`).
     Functions taking ``comm=`` accept either and reuse one Comm per
     communicator.
     """
@@ -58,7 +47,8 @@ class Comm:
                             f"got {comm!r}")
         if base.Is_inter():
             raise TypeError("pyar collectives need an intracommunicator")
-        self.timeout = _timeout_setting()
+        self.settings = settings.agree(base)       # first: a bad one raises on every rank
+        self.timeout = self.settings.timeout
         self.mpi = base.Dup()
         self.mpi.Set_name(f"pyar dup of {base.Get_name() or 'a communicator'}")
         self.rank = self.mpi.Get_rank()
@@ -75,8 +65,8 @@ class Comm:
 
     def _discover_topology(self) -> Topology:
         """Which node each rank is on: ``PYAR_RANKS_PER_NODE``, else shared-memory domains."""
-        if os.environ.get("PYAR_RANKS_PER_NODE", "").strip():
-            return Topology.from_environment(self.size, ())
+        if self.settings.ranks_per_node:
+            return Topology.regular(self.size, self.settings.ranks_per_node)
         node = self.mpi.Split_type(MPI.COMM_TYPE_SHARED)
         try:
             first = node.allreduce(self.rank, MPI.MIN)     # the node's lowest rank names it

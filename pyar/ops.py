@@ -53,12 +53,17 @@ def resolve(op) -> Op:
                      f"got {op!r}")
 
 
-def check_dtype(dtype) -> np.dtype:
+def check_dtype(dtype, name: str = "x") -> np.dtype:
     """``dtype`` (a dtype or its name, ``"bfloat16"`` too) if pyar reduces it, else a TypeError
-    naming the supported set."""
+    naming the supported set, or for a supported type in the other byte order, the fix
+    (``name`` is the array's, for the message)."""
     dtype = np.dtype(dtype)
     if dtype in _SUPPORTED:
         return dtype
+    native = dtype.newbyteorder("=")
+    if native in _SUPPORTED:
+        raise TypeError(f"{name} has dtype {dtype.str}: non-native byte order; "
+                        f"use {name}.astype('={native.str[1:]}')")
     raise TypeError(f"dtype {dtype} is not supported; expected one of: {_DTYPE_NAMES}")
 
 

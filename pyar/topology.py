@@ -3,14 +3,13 @@
 Topology-aware schedules (``hierarchical``) keep the slow links between nodes
 for what must cross them (seed 4.3). A :class:`pyar.Comm` learns its topology
 from ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``; ``PYAR_RANKS_PER_NODE=k``
-overrides it (ranks ``0..k-1`` on node 0, the next k on node 1, ...) so that
-several nodes can be emulated on one machine. Schedules and the simulator take
-a Topology directly.
+(:mod:`pyar.settings`) overrides it with :meth:`Topology.regular` (ranks
+``0..k-1`` on node 0, the next k on node 1, ...) so that several nodes can be
+emulated on one machine. Schedules and the simulator take a Topology directly.
 """
 
 from __future__ import annotations
 
-import os
 from functools import cached_property
 
 
@@ -36,20 +35,6 @@ class Topology:
         if not isinstance(ranks_per_node, int) or ranks_per_node < 1:
             raise ValueError(f"ranks per node must be an int >= 1, got {ranks_per_node!r}")
         return cls(r // ranks_per_node for r in range(size))
-
-    @classmethod
-    def from_environment(cls, size: int, node_of) -> Topology:
-        """``PYAR_RANKS_PER_NODE`` if set, else ``node_of`` (what MPI reported)."""
-        text = os.environ.get("PYAR_RANKS_PER_NODE", "").strip()
-        if not text:
-            return cls(node_of)
-        try:
-            per_node = int(text)
-        except ValueError:
-            per_node = 0
-        if per_node < 1:
-            raise ValueError(f"PYAR_RANKS_PER_NODE must be an integer >= 1, got {text!r}")
-        return cls.regular(size, per_node)
 
     @property
     def size(self) -> int:

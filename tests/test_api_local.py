@@ -156,3 +156,33 @@ def test_repeated_calls_honour_every_out_contract():
     bound.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         pyar.allreduce(bound, bound, comm=MPI.COMM_SELF)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: pyar.allreduce(x), lambda x: pyar.reduce_scatter(x), lambda x: pyar.allgather(x),
+    lambda x: pyar.reduce(x), lambda x: pyar.bcast(x), lambda x: pyar.alltoall(x[None])],
+    ids=["allreduce", "reduce_scatter", "allgather", "reduce", "bcast", "alltoall"])
+def test_a_non_native_byte_order_is_named_with_its_fix(call):
+    """Issue 17.4: '>f4' is float32 in the other byte order, which the supported list names."""
+    with pytest.raises(TypeError, match=r"x has dtype >f4: non-native byte order; "
+                                        r"use x.astype\('=f4'\)"):
+        call(np.ones(3, ">f4"))
+    with pytest.raises(TypeError, match=r"out has dtype >i8: non-native byte order; "
+                                        r"use out.astype\('=i8'\)"):
+        pyar.allreduce(np.ones(3, np.int64), np.ones(3, ">i8"))
+
+
+@pytest.mark.parametrize("call", [lambda x: pyar.allreduce(x, x), lambda x: pyar.reduce(x, x),
+                                  lambda x: pyar.alltoall(x, x)],
+                         ids=["allreduce", "reduce", "alltoall"])
+def test_a_read_only_x_worked_in_place_is_named_x(call):
+    """Issue 17.4: with ``out=x`` the read-only array is x (the message said "out")."""
+    x = np.arange(4.0).reshape(1, 4)
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match=r"^x is read-only, so the result cannot be written "
+                                         r"into it \(out=x, in place\)"):
+        call(x)
+    out = np.zeros_like(x)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="^out is read-only"):
+        pyar.allreduce(x, out)

@@ -1,25 +1,15 @@
-"""The shared-memory mailboxes on one rank: settings, layout, the pool's life (the protocol
+"""The shared-memory mailboxes on one rank: layout, the pool's life (the protocol
 itself runs under MPI: tests/mpi, at every rank count of the matrix)."""
 
 import numpy as np
-import pytest
 from mpi4py import MPI
 
+from pyar import settings
 from pyar.executors import shm
 
 
-@pytest.mark.parametrize("name,value", [("PYAR_SHM_BYTES", "-1"), ("PYAR_SHM_BYTES", "4M")])
-def test_bad_settings_say_what_was_expected(monkeypatch, name, value):
-    monkeypatch.setenv(name, value)
-    comm = MPI.COMM_SELF.Dup()
-    try:
-        with pytest.raises(ValueError, match=f"{name} must be .*got '{value}'"):
-            shm.pool_of(comm)
-    finally:
-        comm.Free()
-
-
 def test_a_pool_is_made_once_aligned_and_freed_with_its_communicator(monkeypatch):
+    monkeypatch.setattr(settings, "_agreed", None)          # PYAR_SHM_BYTES as set here
     monkeypatch.setenv("PYAR_SHM_BYTES", "1000")           # rounded up to a page
     comm = MPI.COMM_SELF.Dup()
     pool = shm.pool_of(comm)

@@ -36,17 +36,6 @@ def test_topology_numbers_nodes_in_order_of_appearance():
     assert pyar.Topology.regular(5, 2).nodes == ((0, 1), (2, 3), (4,))
 
 
-def test_topology_from_the_environment(monkeypatch):
-    monkeypatch.delenv("PYAR_RANKS_PER_NODE", raising=False)
-    assert pyar.Topology.from_environment(3, [7, 7, 8]).nodes == ((0, 1), (2,))
-    monkeypatch.setenv("PYAR_RANKS_PER_NODE", "2")
-    assert pyar.Topology.from_environment(4, [0, 0, 0, 0]).nodes == ((0, 1), (2, 3))
-    for bad in ("0", "two", "-1"):
-        monkeypatch.setenv("PYAR_RANKS_PER_NODE", bad)
-        with pytest.raises(ValueError, match="PYAR_RANKS_PER_NODE must be an integer >= 1"):
-            pyar.Topology.from_environment(4, [0] * 4)
-
-
 def test_topology_must_fit_the_schedule():
     with pytest.raises(ValueError, match="topology describes 4 ranks, not 6"):
         pyar.schedule("hierarchical", 6, 10, topology=pyar.Topology.regular(4, 2))

@@ -38,13 +38,13 @@ MPI). ``PYAR_RANKS_PER_NODE``'s emulated nodes share no mailboxes.
 
 from __future__ import annotations
 
-import os
 import platform
 import zlib
 
 import numpy as np
 from mpi4py import MPI
 
+from .. import settings
 from ..topology import Topology
 from . import progress
 
@@ -123,7 +123,8 @@ class Pool:
     def __init__(self, comm: MPI.Comm, nbytes: int):
         rank, size = comm.Get_rank(), comm.Get_size()
         shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-        emulated = Topology.from_environment(size, [0] * size).node_of[rank]
+        per_node = settings.current().ranks_per_node
+        emulated = Topology.regular(size, per_node).node_of[rank] if per_node else 0
         self.node = shared.Split(emulated, rank)
         shared.Free()
         group, local = comm.Get_group(), self.node.Get_group()
@@ -202,24 +203,14 @@ def _free_pool(comm, keyval, pool) -> None:
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_pool)     # a communicator's Pool
 
 
-def _setting(name: str, default, minimum, kind, what: str):
-    text = os.environ.get(name, "").strip()
-    try:
-        value = kind(text) if text else default
-    except ValueError:
-        value = None
-    if value is None or not value >= minimum:
-        raise ValueError(f"{name} must be {what}, got {text!r}")
-    return value
-
-
 def pool_of(comm: MPI.Comm) -> Pool | None:
     """The :class:`Pool` of ``comm``, made on the first call (collective) and freed with
-    ``comm``; None if PYAR_SHM_BYTES is 0."""
+    ``comm``; None if PYAR_SHM_BYTES is 0 (as every rank agreed on it:
+    :func:`pyar.settings.current`)."""
     found = comm.Get_attr(_KEYVAL)
     if found is None:
-        nbytes = _setting("PYAR_SHM_BYTES", POOL_BYTES, 0, int,
-                          "an integer >= 0 (bytes of shared memory per rank; 0: none)")
+        agreed = settings.current().shm_bytes
+        nbytes = POOL_BYTES if agreed is None else agreed
         found = Pool(comm, nbytes) if nbytes else False
         comm.Set_attr(_KEYVAL, found)
     return found or None

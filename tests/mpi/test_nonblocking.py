@@ -6,7 +6,6 @@ import warnings
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 
 import pyar
 from pyar.algorithms import algorithm

@@ -37,7 +37,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .executors import cuda
 
 
 class Settings(NamedTuple):
@@ -63,6 +62,8 @@ def _number(kind, least: float, strict: bool, what: str):
 
 
 def _cuda_aware(name: str, text: str) -> bool:
+    from .executors import cuda         # (which the executors below this module import)
+
     return cuda.detect().aware         # set: decided by the value alone (ValueError if bad)
 
 
@@ -71,7 +72,7 @@ _PARSERS = {
     "PYAR_SHM_BYTES": _number(int, 0, False, "an integer >= 0 (bytes of shared memory per "
                                              "rank; 0: none)"),
     "PYAR_TIMEOUT": _number(float, 0, True, "a number of seconds > 0 (unset: no timeout)"),
-    cuda.ENV: _cuda_aware,
+    "PYAR_CUDA_AWARE": _cuda_aware,
 }
 # what must hold across the ranks, in agree's table from column 1 on
 _AGREED = {"PYAR_RANKS_PER_NODE": "the same on every rank",

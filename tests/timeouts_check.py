@@ -1,7 +1,7 @@
 """Run under mpiexec (tests/test_timeouts.py): the last rank skips a call, or sleeps past the
 timeout, and every other rank must get pyar.TimeoutError within the timeout + 2 s, naming
 the call's number, the step and the peer; on every path. Prints one JSON line per rank and
-scenario: {"scenario", "rank", "error", "message", "seconds"}."""
+scenario (on rank 0): {"scenario", "rank", "error", "message", "seconds"}."""
 
 import json
 import sys
@@ -42,9 +42,12 @@ def scenario(name, kind, n, warm, sleeper):
             pyar.allreduce(x, comm=comm, algorithm="recursive_doubling", **kwargs)
         except Exception as e:          # reported, then judged by the test
             error, message = type(e).__name__, str(e)
-    print(json.dumps({"scenario": name, "rank": world.rank, "error": error, "message": message,
-                      "seconds": time.monotonic() - began}), flush=True)
-    world.Barrier()
+    row = {"scenario": name, "rank": world.rank, "error": error, "message": message,
+           "seconds": time.monotonic() - began}
+    rows = world.gather(row)                # one printer: lines of several ranks never mix
+    if world.rank == 0:
+        for row in rows:
+            print(json.dumps(row), flush=True)
 
 
 fake_cupy.install()

@@ -59,7 +59,8 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
         except (AttributeError, TypeError):     # not an array, an unhashable name: checked below
             repeat = None
         if repeat is not None and repeat.op is op and repeat.comm is comm and \
-                type(x) is np.ndarray and progress.quiet():
+                type(x) is np.ndarray and progress.hook is None and not progress.OPEN and \
+                progress.thread is None:        # (progress.quiet(), inline)
             done = repeat.run(x, out)
             if done is not None:
                 return done

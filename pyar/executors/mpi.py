@@ -621,17 +621,24 @@ class Resident:
 
     def run(self) -> None:
         """One call: every step on ``data`` (the caller fills it and reads the result), each
-        on its lean path (see :class:`_ResidentStep`)."""
-        call = self._begin()
-        channels = self.channels
+        on its lean path (see :class:`_ResidentStep`). (Flat: the hot path of small calls.)"""
+        channels, steps = self.channels, self.steps
+        call = 0 if channels is None else channels.calls
+        if call is None or steps is None:
+            self._gone()
         try:
-            half, sync = call & 1, channels.sync if channels is not None else None
-            for step in self.steps:
-                step.run(call, half, sync)
+            if channels is None:
+                for step in steps:
+                    step.run(0, 0, None)
+            else:
+                half, sync = call & 1, channels.sync
+                for step in steps:
+                    step.run(call, half, sync)
         except BaseException:
             self.interrupted()
             raise
-        self._end(call)
+        if channels is not None:
+            channels.calls = call + 1
 
     def execution(self):
         """(steps, ctx, done) of one call as :class:`~.progress.Run` drives them: ``done()``
@@ -641,13 +648,16 @@ class Resident:
         return self.steps, ctx, lambda: self._end(call)
 
     def _begin(self) -> int:
-        channels, steps = self.channels, self.steps
-        call = 0 if channels is None else channels.calls
-        if call is None or steps is None:
-            raise PyarError("this plan's shared-memory mailboxes or requests are gone: its "
-                            "communicator was freed, or a call of it was interrupted by an "
-                            "error (the ranks are out of step; make a new communicator)")
+        call = 0 if self.channels is None else self.channels.calls
+        if call is None or self.steps is None:
+            self._gone()
         return call
+
+    @staticmethod
+    def _gone():
+        raise PyarError("this plan's shared-memory mailboxes or requests are gone: its "
+                        "communicator was freed, or a call of it was interrupted by an "
+                        "error (the ranks are out of step; make a new communicator)")
 
     def _end(self, call: int) -> None:
         if self.channels is not None:

@@ -260,13 +260,13 @@ class _NoLock:
 
 _lock = _NoLock()           # a threading.RLock while a progress thread runs
 _wake = threading.Event()   # set when a run is put in flight
-_thread: threading.Thread | None = None
+thread: threading.Thread | None = None    # the progress thread, while one runs
 _users = 0
 POLL_SECONDS = 50e-6        # the progress thread's pause between passes
 
 
 def _progress_loop():
-    while _thread is threading.current_thread():
+    while thread is threading.current_thread():
         if not OPEN:
             _wake.wait(0.05)
             _wake.clear()
@@ -283,9 +283,9 @@ class Progress:
     and the MPI library must provide MPI_THREAD_MULTIPLE (mpi4py asks for it)."""
 
     def __enter__(self):
-        global _thread, _lock, _users
+        global thread, _lock, _users
         _users += 1
-        if _thread is None:
+        if thread is None:
             from mpi4py import MPI
 
             if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -293,18 +293,18 @@ class Progress:
                 raise PyarError("pyar.Progress needs MPI_THREAD_MULTIPLE; this MPI was "
                                 "initialized with less (mpi4py.rc.thread_level)")
             _lock = threading.RLock()
-            _thread = threading.Thread(target=_progress_loop, name="pyar-progress",
+            thread = threading.Thread(target=_progress_loop, name="pyar-progress",
                                        daemon=True)
-            _thread.start()
+            thread.start()
         return self
 
     def __exit__(self, *exc):
-        global _thread, _lock, _users
+        global thread, _lock, _users
         _users -= 1
-        if _users == 0 and _thread is not None:
-            thread, _thread = _thread, None
+        if _users == 0 and thread is not None:
+            stopping, thread = thread, None
             _wake.set()
-            thread.join()
+            stopping.join()
             _lock = _NoLock()
         return False
 
@@ -315,20 +315,20 @@ def from_environment() -> None:
     text = os.environ.get("PYAR_PROGRESS_THREAD", "").strip()
     if text not in ("", "0", "1"):
         raise ValueError(f"PYAR_PROGRESS_THREAD must be 0 or 1, got {text!r}")
-    if text == "1" and _thread is None:
+    if text == "1" and thread is None:
         whole = Progress().__enter__()
         atexit.register(whole.__exit__, None, None, None)
 
 
 def running() -> bool:
     """Whether a progress thread runs."""
-    return _thread is not None
+    return thread is not None
 
 
 def quiet() -> bool:
     """Whether a blocking call may take the lean paths: no hook, nothing in flight, no
     progress thread."""
-    return hook is None and not OPEN and _thread is None
+    return hook is None and not OPEN and thread is None
 
 
 def lock():

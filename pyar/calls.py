@@ -32,14 +32,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
     result, if given (the device path's copy back)."""
     buffers.check_array(x)
     given_op = op
-    if record.reduces:
-        op = ops.resolve(op)
-        ops.check(op, x.dtype)
-    c = Comm.of(comm)
-    c.check_usable()
-    if record.rooted:
-        check_root(root, c.size)
-    record.check(x.shape, c.size)
+    op, c = checked(record, x, op, comm, root)
     timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
     count = record.count(x.size, c.size)
     name = tuner.select(record.name, algorithm, c.size, count, count * x.dtype.itemsize,
@@ -117,6 +110,20 @@ def library(record, c, x, work, reduction, root) -> Library:
                 inner()
     return Library(lambda start: record.library(c.mpi, send, recv, reduction, root, start),
                    after)
+
+
+def checked(record, x, op, comm, root):
+    """The local checks of a call on ``x`` (its type and dtype checked already): the op
+    resolved (None if the collective does not reduce) and the :class:`Comm`."""
+    if record.reduces:
+        op = ops.resolve(op)
+        ops.check(op, x.dtype)
+    c = Comm.of(comm)
+    c.check_usable()
+    if record.rooted:
+        check_root(root, c.size)
+    record.check(x.shape, c.size)
+    return op, c
 
 
 def check_root(root, size):

@@ -35,7 +35,6 @@ import numpy as np
 from . import calls, ops, tuner
 from .algorithms import LIBRARY
 from .collectives import Work
-from .comm import Comm
 from .executors import cuda, progress
 
 __all__ = ["collective", "gpu_summary"]
@@ -45,14 +44,7 @@ def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking):
     """``record``'s collective on the cupy array ``x`` (arguments as :mod:`pyar.api`'s); a
     :class:`pyar.Request` if ``nonblocking``."""
     cupy = _cupy_of(x, "x")
-    if record.reduces:
-        op = ops.resolve(op)
-        ops.check(op, x.dtype)
-    c = Comm.of(comm)
-    c.check_usable()
-    if record.rooted:
-        calls.check_root(root, c.size)
-    record.check(x.shape, c.size)
+    op, c = calls.checked(record, x, op, comm, root)
     target = _target(record, x, out, c, root)
     way = _direct if cuda.awareness().aware else _staged
     run = way(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking)

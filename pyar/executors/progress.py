@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 import warnings
@@ -95,12 +96,18 @@ class Run:
 
     def complete(self, deadline=None):
         """Block until done (deadline: a ``time.monotonic()`` value, or None); the result, or
-        the run's error raised."""
+        the run's error raised. Past the call's own deadline the run fails; past only the
+        waiter's, it stays in flight (TimeoutError all the same)."""
         if not self.done:
-            if self.deadline is not None:
-                deadline = self.deadline if deadline is None else min(deadline, self.deadline)
+            own = self.deadline
+            if own is not None:
+                deadline = own if deadline is None else min(deadline, own)
             try:
                 wait_for(self.progress, deadline, self.stalled)
+            except TimeoutError:
+                if own is None or _monotonic() < own:
+                    raise
+                self.fail(sys.exc_info()[1])
             except BaseException as e:
                 self.fail(e)
         if self.error is not None:
@@ -116,7 +123,7 @@ class Run:
             waiting = (f" for rank{'s' if len(peers) > 1 else ''} "
                        f"{', '.join(map(str, peers))}" if peers else "")
             where = f"step {self.index} of {len(self.steps)} waited{waiting}"
-        return TimeoutError(f"{self.what}: {where}; no progress for {waited:.1f} s (did every "
+        return TimeoutError(f"{self.what}: {where}; gave up after {waited:.1f} s (did every "
                             f"rank call it, and with the same arguments?)")
 
 

@@ -88,6 +88,41 @@ def test_wait_all_test_any_and_request_state(comm):
         pyar.iallreduce(np.ones(3), timeout=-1)
 
 
+def test_a_wait_that_times_out_leaves_the_request_in_flight(comm):
+    """Rank 0 waits 0.2 s for a call the others make 0.6 s late: TimeoutError, and the same
+    request completes when waited for again; a call's own timeout fails it for good."""
+    import time
+
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    mine = pyar.Comm(comm)
+    x = np.arange(1000, dtype=np.float64) + comm.rank
+    pyar.allreduce(x, algorithm="ring", comm=mine)     # the plan agreed on: no wait in the call
+    first = second = None
+    if comm.rank != 0:
+        time.sleep(0.6)
+    request = pyar.iallreduce(x, algorithm="ring", comm=mine)
+    if comm.rank == 0:
+        try:
+            request.wait(timeout=0.2)
+        except pyar.TimeoutError as e:
+            first = e
+    result = request.wait(timeout=60)
+    want = np.arange(1000, dtype=np.float64) * comm.size + sum(range(comm.size))
+    if comm.rank == 0:          # now the call's own timeout, with the others not calling
+        late = pyar.iallreduce(x, algorithm="ring", comm=mine, timeout=0.2)
+        for _ in range(2):
+            try:
+                late.wait()
+            except pyar.TimeoutError as e:
+                second = e
+    comm.Barrier()
+    ok = np.array_equal(result, want) and (comm.rank != 0 or (
+        isinstance(first, pyar.TimeoutError) and isinstance(second, pyar.TimeoutError)
+        and late.done))
+    agree(comm, ok, f"first {first!r}, second {second!r}")
+
+
 def test_a_dropped_request_warns_and_later_calls_are_right(comm):
     x = np.arange(50000, dtype=np.float64) + comm.rank
     with warnings.catch_warnings(record=True) as caught:

@@ -45,6 +45,7 @@ _BUFFER = {"data": DATA, "scratch": SCRATCH}
 _BYTE = MPI.BYTE
 RESIDENT_BYTES = 1 << 16    # messages up to this size run on a Resident
 RESIDENT_TAG = 32767        # its persistent requests' tag; Comm.next_tag stays below
+SPARES = 4                  # scratch and landing buffers a plan keeps for its next requests
 
 
 class _Span(NamedTuple):
@@ -260,6 +261,7 @@ class Plan:
         where a step needs both (or the schedule never writes)."""
         self.landing_count, self.spans, self.steps = 0, [], []
         self._buffers, self._folds, self._residents, self._channels = {}, {}, {}, {}
+        self._spare: dict = {}      # dtype -> (scratch, landing) pairs of finished requests
         self._bound = weakref.WeakSet()
         for i, (sends, recvs) in enumerate(self.ops):
             where = f"rank {self.rank} step {i}"
@@ -407,7 +409,7 @@ class Plan:
         for a call that failed (either may be None). ``alone``: no other call of
         this plan is in flight until it ends (a blocking call), so a small plan runs on its
         Resident and a large one on the plan's scratch; otherwise (a nonblocking call) on
-        the general path with buffers of its own."""
+        the general path with buffers of its own (kept for later requests when it ends)."""
         dtype = data.dtype
         if alone:
             resident = self.resident(comm, dtype, reduction)
@@ -419,12 +421,17 @@ class Plan:
                     end()
                     data[...] = resident.data
                 return steps, ctx, done, resident.interrupted
-            scratch, landing = self.buffers(dtype)
-        else:
-            scratch, landing = np.empty(self.scratch_count, dtype), np.empty(self.landing_count,
-                                                                             dtype)
-        return (self.steps, Context((data, scratch, landing, source), comm, tag,
-                                    self.fold(dtype, reduction)), None, None)
+            own, done = self.buffers(dtype), None
+        else:       # buffers no other call in flight uses: a spare, or new (page faults)
+            spare = self._spare.setdefault(dtype, [])
+            own = spare.pop() if spare else (np.empty(self.scratch_count, dtype),
+                                             np.empty(self.landing_count, dtype))
+
+            def done():
+                if len(spare) < SPARES:
+                    spare.append(own)
+        return (self.steps, Context((data, *own, source), comm, tag,
+                                    self.fold(dtype, reduction)), done, None)
 
 
 def _copier(dst: np.ndarray, src: np.ndarray):

@@ -230,13 +230,18 @@ class Request:
 
 
 def start(run: Run) -> Request:
-    """Put ``run`` in flight and advance it once; its :class:`Request`."""
+    """Put ``run`` in flight and advance it once (with a progress thread, leave that to the
+    thread: whoever tests a request also does MPI's copying of its messages); its
+    :class:`Request`."""
     with _lock:
-        if OPEN:
-            progress_open()
-        if not run.progress():
+        if thread is not None:
             OPEN.append(run)
-        _wake.set()
+            _wake.set()
+        else:
+            if OPEN:
+                progress_open()
+            if not run.progress():
+                OPEN.append(run)
     return Request(run)
 
 

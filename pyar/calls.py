@@ -41,14 +41,19 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
     deadline = progress.deadline_of(timeout)
     tag = c.next_tag()
     what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
-    plan = None if name == LIBRARY else compiled(c, record.name, name, count, root, deadline,
-                                                 what)
-    direct = (record.direct and plan is not None and x.nbytes > RESIDENT_BYTES
+    direct = (record.direct and name != LIBRARY and x.nbytes > RESIDENT_BYTES
               and x.flags.c_contiguous and buffers.apart(x, out))
+    try:            # out's checks: on a first call, agreed with the others (it writes out)
+        work, refused = record.prepare(x, out, c.rank, c.size, root, copy=not direct), None
+    except (ValueError, TypeError) as e:
+        work, refused = None, e
+    plan = None if name == LIBRARY else compiled(c, record.name, name, count, root, deadline,
+                                                 what, refused)
+    if refused is not None:
+        raise refused
     if direct:
         plan = plan.out_of_place()
     source = x.reshape(-1) if direct else None
-    work = record.prepare(x, out, c.rank, c.size, root, copy=not direct)   # last: writes out
     step = library(record, c, x, work, reduction, root) if plan is None else None
     abandon = None
 
@@ -132,43 +137,54 @@ def check_root(root, size):
 
 
 def compiled(c: Comm, collective: str, name: str, count: int, root: int = 0,
-             deadline=None, what: str = "") -> Plan:
-    """This rank's compiled plan, cached on the Comm (a re-registered name makes a new one)."""
+             deadline=None, what: str = "", refused=None) -> Plan:
+    """This rank's compiled plan, cached on the Comm (a re-registered name makes a new one);
+    ``refused``: the error this rank's arguments got (a first call agrees on it too)."""
     build = builder(name, collective)
     key = (collective, name, build, count, int(root))
     plan = c.plans.get(key)
     if plan is None:
-        plan = c.remember(key, _compile_everywhere(c, collective, name, build, count, int(root),
-                                                   deadline, what or collective))
+        plan = _compile_everywhere(c, collective, name, build, count, int(root), deadline,
+                                   what or collective, refused)
+        if refused is None:
+            c.remember(key, plan)
     return plan
 
 
-def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline,
-                        what) -> Plan:
-    """Compile this rank's plan and agree with the other ranks that all of them could.
+def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline, what,
+                        refused) -> Plan | None:
+    """Compile this rank's plan and agree with the other ranks that all of them could, and
+    that every rank's arguments passed their checks (``refused``: this rank's error).
 
     A plan is compiled on the first call with its arguments, on every rank
     alike if they call alike, so one small allreduce here turns a builder that
-    fails on some ranks, or ranks that disagree on algorithm, count or root,
-    into an error on every rank instead of a hang (and a rank that does not
-    call at all into a TimeoutError on the others, given a deadline).
+    fails on some ranks, an ``out`` refused on some ranks only, or ranks that
+    disagree on algorithm, count or root, into an error on every rank instead
+    of a hang (and a rank that does not call at all into a TimeoutError on the
+    others, given a deadline). None if this rank's arguments were refused.
     """
-    error = None
+    error = plan = None
     try:
         plan = Plan(_schedule.build(collective, name, c.size, count, build, c.topology, root),
                     c.rank)
     except Exception as e:      # re-raised below, once the other ranks know
         error = e
-    everyone_ok, same_call = c.agree(error is None, f"{collective}/{name}/{count}/{root}",
-                                     deadline, what)
+    built, first_refused, same_call = c.agree(
+        (error is None, c.size if refused is None else c.rank),
+        f"{collective}/{name}/{count}/{root}", deadline, what)
     if error is not None:
         raise error
-    if not everyone_ok:
+    if refused is not None:
+        return None             # the caller raises it
+    if not built:
         raise ScheduleError(f"another rank failed to build its {name} {collective} schedule "
                             f"for count {count}; its error says why")
     if not same_call:
         raise MismatchError(f"ranks called {collective} with different algorithms, counts or "
                             f"roots (here: {name}, count {count}, root {root})")
+    if first_refused < c.size:
+        raise ValueError(f"{what}: rank {first_refused}'s arguments (its out) were refused "
+                         f"there; its error says why")
     return plan
 
 

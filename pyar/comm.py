@@ -117,17 +117,18 @@ class Comm:
         if self.mpi != MPI.COMM_NULL:
             self.mpi.Free()         # and its shared-memory mailboxes with it
 
-    def agree(self, ok: bool, call: str, deadline=None, what: str = "") -> tuple[bool, bool]:
-        """Collective: (whether ``ok`` on every rank, whether every rank passed the same ``call``),
-        waiting until ``deadline`` (a ``time.monotonic()`` value) at most (then a
-        TimeoutError naming ``what``, the call)."""
+    def agree(self, oks: tuple, call: str, deadline=None, what: str = "") -> tuple:
+        """Collective: for each of the integers ``oks``, its least value over the ranks (for a
+        flag: whether it holds on every rank), and whether every rank passed the same
+        ``call``; waiting until ``deadline`` (a ``time.monotonic()`` value) at most (then a
+        TimeoutError naming ``what``)."""
         fingerprint = zlib.crc32(call.encode())
-        votes = np.array([ok, fingerprint, -fingerprint], np.int64)
+        votes = np.array([*oks, fingerprint, -fingerprint], np.int64)
         request = self.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
         progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
             f"{what or call}: waited {waited:.1f} s for the other ranks to agree on the call "
             f"(its first with these arguments): did every rank call it?"))
-        return bool(votes[0]), int(votes[1]) == -int(votes[2])
+        return (*(int(v) for v in votes[:-2]), int(votes[-2]) == -int(votes[-1]))
 
     def remember(self, key, plan):
         """Keep ``plan`` under ``key``, forgetting the oldest beyond the cache's bound."""

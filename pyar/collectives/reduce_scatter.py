@@ -28,8 +28,14 @@ class ReduceScatter(Collective):
         """``out is x``: x is worked in (overwritten) and the result is a view of its block,
         if x is contiguous; otherwise the block comes back new."""
         mine = block(x.size, size, rank)
+        n = mine.stop - mine.start
         if out is not None and out is not x:
-            buffers.check_out(out, (mine.stop - mine.start,), x.dtype, "the block's")
+            if getattr(out, "shape", None) != (n,) and getattr(out, "ndim", 0) == 1:
+                raise ValueError(f"out must have the block's shape ({n},): pyar's reduce_scatter "
+                                 f"splits x.ravel() as numpy.array_split does, so block {rank} "
+                                 f"of {x.size} elements over {size} ranks has {n}; got "
+                                 f"{out.shape[0]}")
+            buffers.check_out(out, (n,), x.dtype, "the block's")
         if out is x and x.flags.c_contiguous:
             if not x.flags.writeable:
                 raise ValueError("x is read-only, so it cannot be reduced in place")

@@ -61,7 +61,12 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
         if repeat is not None and repeat.op is op and repeat.comm is comm and \
                 type(x) is np.ndarray and progress.hook is None and not progress.OPEN and \
                 progress.thread is None:        # (progress.quiet(), inline)
-            done = repeat.run(x, out)
+            try:
+                done = repeat.run(x, out)
+            except BaseException as e:          # mid-way: out of step, as calls.build says
+                repeat.c.abandon(f"allreduce #{repeat.c.seq} on rank {repeat.c.rank}", e)
+                _forget(repeat.c)
+                raise
             if done is not None:
                 return done
     return _run(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout, False, _remember)

@@ -125,9 +125,14 @@ class Comm:
         fingerprint = zlib.crc32(call.encode())
         votes = np.array([*oks, fingerprint, -fingerprint], np.int64)
         request = self.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
-        progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
-            f"{what or call}: waited {waited:.1f} s for the other ranks to agree on the call "
-            f"(its first with these arguments): did every rank call it?"))
+        try:
+            progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
+                f"{what or call}: waited {waited:.1f} s for the other ranks to agree on the "
+                f"call (its first with these arguments): did every rank call it?"))
+        except BaseException as e:      # the agreement is still posted: out of step now
+            progress.ABANDONED.append((request, votes))
+            self.abandon(what or call, e)
+            raise
         return (*(int(v) for v in votes[:-2]), int(votes[-2]) == -int(votes[-1]))
 
     def remember(self, key, plan):

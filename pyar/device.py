@@ -147,7 +147,17 @@ def _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblockin
 
     run, lean = calls.build(record, host[0], host[-1], op, algorithm, c, root, timeout,
                             nonblocking, then=back)
-    return run if lean is None else progress.Run([], None, lean, f"{record.name} (staged)")
+    if lean is not None:
+        run = progress.Run([], None, lean, f"{record.name} (staged)")
+    if not nonblocking:         # a failed call leaves the shared pinned buffer to late peers
+        inner = run.on_error
+
+        def failed(error):
+            _POOL[0] = np.empty(0, np.uint8)
+            if inner is not None:
+                inner(error)
+        run.on_error = failed
+    return run
 
 
 _POOL = [np.empty(0, np.uint8)]      # the pinned host buffer, grown on demand, never shrunk

@@ -39,6 +39,7 @@ from ..errors import PyarError, TimeoutError
 
 hook = None                 # hook(event, run, step) or None; see the module docstring
 OPEN: list = []             # runs in flight (nonblocking collectives not yet complete)
+ABANDONED: list = []        # contexts (buffers) of failed runs: MPI may still write there
 SPINS = 64                  # polls before a waiting rank starts to yield its core
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _monotonic = time.monotonic
@@ -58,8 +59,22 @@ class Run:
         self.index, self.started, self.done = 0, False, False
         self.result = self.error = None
 
+    def begin(self) -> None:
+        """Post the first step now (so that collectives begin in the caller's order)."""
+        if self.done or self.started or not self.steps:
+            return
+        try:
+            self.steps[0].start(self.ctx)
+        except BaseException as e:
+            self.fail(e)
+            raise
+        self.started = True
+        if hook is not None:
+            hook("post", self, 0)
+
     def progress(self) -> bool:
-        """Advance as far as possible without blocking; True once complete (or failed)."""
+        """Advance as far as possible without blocking; True once complete (or failed). An
+        interrupt (not an Exception) fails the run and goes on up."""
         if self.done:
             return True
         try:
@@ -81,15 +96,19 @@ class Run:
             self.result = self.finish()
         except BaseException as e:
             self.fail(e)
+            if not isinstance(e, Exception):
+                raise
         self.done = True
         if hook is not None:
             hook("done", self, self.index)
         return True
 
     def fail(self, error: BaseException) -> None:
-        """Record ``error`` as this run's outcome and tell its owner (once)."""
+        """Record ``error`` as this run's outcome and tell its owner (once). Its buffers are
+        kept for good (:data:`ABANDONED`): a late peer's message may still land there."""
         if self.error is None:
             self.error = error
+            ABANDONED.append(self.ctx)
             if self.on_error is not None:
                 self.on_error(error)
         self.done = True
@@ -230,11 +249,12 @@ class Request:
 
 
 def start(run: Run) -> Request:
-    """Put ``run`` in flight and advance it once (with a progress thread, leave that to the
-    thread: whoever tests a request also does MPI's copying of its messages); its
-    :class:`Request`."""
+    """Put ``run`` in flight and advance it once (with a progress thread, only begin its
+    first step and leave the rest to the thread: whoever tests a request also does MPI's
+    copying of its messages); its :class:`Request`."""
     with _lock:
-        if thread is not None:
+        if thread is not None:      # its first step begins here, in this rank's call order
+            run.begin()             # (MPI's own collectives match in the order started)
             OPEN.append(run)
             _wake.set()
         else:

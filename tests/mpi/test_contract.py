@@ -25,9 +25,9 @@ def outcome(call):
 
 
 def test_a_call_interrupted_mid_way_makes_its_communicator_unusable(comm):
-    """Rank 0 is interrupted (KeyboardInterrupt, through the event hook) at the second step of
-    a large ring allreduce: its later calls on that communicator raise, naming the call,
-    and the other ranks, left waiting for it, get TimeoutError naming the same call."""
+    """Rank 0 is interrupted (KeyboardInterrupt, through the event hook) between the two steps
+    of a large ring allreduce: its later calls on that communicator raise, naming the call,
+    and the other ranks, left waiting for its second step, get TimeoutError naming it."""
     if comm.size == 1:
         pytest.skip("needs another rank")
     mine = pyar.Comm(comm)
@@ -35,7 +35,7 @@ def test_a_call_interrupted_mid_way_makes_its_communicator_unusable(comm):
     pyar.allreduce(x, algorithm="ring", comm=mine)          # compiled and agreed
 
     def interrupt(event, run, step):
-        if event == "post" and step == 1:
+        if event == "complete" and step == 0:
             raise KeyboardInterrupt
 
     if comm.rank == 0:

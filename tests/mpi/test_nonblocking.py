@@ -150,6 +150,29 @@ def test_a_progress_thread_completes_requests_nobody_waits_for(comm):
     agree(comm, done and all(np.array_equal(r, want) for r in results), f"done {done}")
 
 
+def test_library_requests_begin_in_call_order_with_a_progress_thread(comm):
+    """MPI's own collectives match in the order they are started: with a progress thread,
+    two ``mpi`` requests waited for in opposite orders on different ranks (one rank waiting
+    at once, the other after the thread had time) still pair up right."""
+    import time
+
+    a = (comm.rank + 1) * 1000.0 + np.arange(8)
+    b = (comm.rank + 1) * 10.0 + np.arange(8)
+    pyar.allreduce(a, algorithm="mpi")
+    with pyar.Progress():
+        first = pyar.iallreduce(a, algorithm="mpi")
+        second = pyar.iallreduce(b, algorithm="mpi")
+        if comm.rank == 0:
+            got2, got1 = second.wait(timeout=60), first.wait(timeout=60)
+        else:
+            time.sleep(0.3)
+            got1, got2 = first.wait(timeout=60), second.wait(timeout=60)
+    want1 = sum((r + 1) * 1000.0 + np.arange(8) for r in range(comm.size))
+    want2 = sum((r + 1) * 10.0 + np.arange(8) for r in range(comm.size))
+    agree(comm, np.array_equal(got1, want1) and np.array_equal(got2, want2),
+          f"{got1[:2]} {got2[:2]}")
+
+
 def test_nonblocking_cupy_stand_in(comm):
     """The device path's requests (staged through pinned host memory), on the stand-in."""
     import sys

@@ -109,6 +109,10 @@ class Comm:
 
     def free(self) -> None:
         """Release the duplicate communicator (also done when the user's is freed)."""
+        with progress.lock():
+            self._free()
+
+    def _free(self) -> None:
         for forget in self.on_free:
             forget(self)
         for plan in self.plans.values():

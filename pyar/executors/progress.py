@@ -87,6 +87,9 @@ class Run:
                     if hook is not None:
                         hook("post", self, self.index)
                 if not step.test(ctx):
+                    if self.deadline is not None and _monotonic() > self.deadline:
+                        self.fail(self.stalled(None))     # the call's own timeout, for
+                        return True                       # test() and the thread too
                     return False
                 step.finish(ctx)
                 if hook is not None:
@@ -133,8 +136,9 @@ class Run:
             raise self.error
         return self.result
 
-    def stalled(self, waited: float) -> TimeoutError:
-        """The error of a wait on this run that ran past its deadline."""
+    def stalled(self, waited: float | None) -> TimeoutError:
+        """The error of a wait on this run that ran past its deadline (``waited``: seconds
+        this wait took; None: the call's own deadline passed while it was advanced)."""
         where = "before its first step"
         if self.index < len(self.steps):
             step = self.steps[self.index]
@@ -142,8 +146,9 @@ class Run:
             waiting = (f" for rank{'s' if len(peers) > 1 else ''} "
                        f"{', '.join(map(str, peers))}" if peers else "")
             where = f"step {self.index} of {len(self.steps)} waited{waiting}"
-        return TimeoutError(f"{self.what}: {where}; gave up after {waited:.1f} s (did every "
-                            f"rank call it, and with the same arguments?)")
+        after = "its timeout passed" if waited is None else f"gave up after {waited:.1f} s"
+        return TimeoutError(f"{self.what}: {where}; {after} (did every rank call it, and with "
+                            f"the same arguments?)")
 
 
 def wait_for(test, deadline, stalled) -> None:

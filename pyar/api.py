@@ -12,6 +12,8 @@ nonblocking one (``iallreduce`` ...) returns it as a :class:`pyar.Request`.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from . import calls, device, ops, schedule as _schedule, tuner
@@ -28,6 +30,7 @@ from .comm import Comm
 from .executors import progress
 from .executors.mpi import Plan
 from .executors.progress import Request
+from .errors import TimeoutError
 from .executors.sim import SimResult, simulate
 from .ops import Op
 
@@ -61,11 +64,17 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
         if repeat is not None and repeat.op is op and repeat.comm is comm and \
                 type(x) is np.ndarray and progress.hook is None and not progress.OPEN and \
                 progress.thread is None:        # (progress.quiet(), inline)
+            c = repeat.c
+            deadline = None if c.timeout is None else _monotonic() + c.timeout
             try:
-                done = repeat.run(x, out)
+                done = repeat.run(x, out, deadline)
             except BaseException as e:          # mid-way: out of step, as calls.build says
-                repeat.c.abandon(f"allreduce #{repeat.c.seq} on rank {repeat.c.rank}", e)
-                _forget(repeat.c)
+                what = f"allreduce #{c.seq} on rank {c.rank} ({x.size} {x.dtype})"
+                c.abandon(what, e)
+                _forget(c)
+                if isinstance(e, TimeoutError):
+                    raise TimeoutError(f"{what}: {e} (PYAR_TIMEOUT; did every rank call "
+                                       f"it, and with the same arguments?)") from None
                 raise
             if done is not None:
                 return done
@@ -219,8 +228,9 @@ class _Repeat:
         self.shaped = None if self.resident is None else self.resident.data.reshape(x.shape)
         self.last = self.bound = self.target = None
 
-    def run(self, x, out):
-        """The result, or None when ``out`` is not the simple case (then the full path runs)."""
+    def run(self, x, out, deadline=None):
+        """The result, or None when ``out`` is not the simple case (then the full path runs);
+        with a ``deadline``, a large call takes the full path too (its waits poll)."""
         if out is self.target and out is not None:
             if out is x:                # (x's shape and dtype are the signature's)
                 if not x.flags.writeable:
@@ -230,7 +240,7 @@ class _Repeat:
                     return None
                 out[...] = x
             self.c.seq += 1
-            self.bound.run()
+            self.bound.run(deadline)
             if self.avg:
                 ops.finalize(self.bound.data, Op.AVG, self.c.size)
             return out
@@ -244,13 +254,15 @@ class _Repeat:
                 self.last = out
             shaped[...] = x
             self.c.seq += 1
-            self.resident.run()
+            self.resident.run(deadline)
             if self.avg:
                 ops.finalize(self.resident.data, Op.AVG, self.c.size)
             if out is None:
                 return shaped.copy()
             out[...] = shaped
             return out
+        if deadline is not None:
+            return None
         if out is x:
             flags = x.flags
             if not (flags.c_contiguous and flags.writeable):
@@ -294,6 +306,7 @@ def _writable_like(out, x) -> bool:
 _repeats: dict = {}
 _REPEATS_KEPT = 256
 _overrides = tuner.overrides
+_monotonic = time.monotonic
 
 
 def _forget(c: Comm) -> None:

@@ -84,6 +84,13 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                 remember(x, given_op, algorithm, comm, c, plan, reduction, op)
             return finish()
         return None, lean
+    if remember is not None and not nonblocking:     # blocking, with a deadline
+        checked_finish = finish
+
+        def finish():
+            result = checked_finish()
+            remember(x, given_op, algorithm, comm, c, plan, reduction, op)
+            return result
     if plan is None:
         steps, ctx, done = [step], None, None
     else:

@@ -11,7 +11,10 @@ from launch import explain, run
 SCENARIOS = ("mailbox", "large", "first call", "staged device", "sleeper")
 
 
-@pytest.mark.parametrize("nprocs,env", [(2, {}), (3, {"PYAR_TIMEOUT": "1"})])
+@pytest.mark.parametrize("nprocs,env", [
+    (2, {}),                                        # timeout=: every wait polls
+    (3, {"PYAR_TIMEOUT": "1"}),                     # repeated small calls: the lean path
+    (3, {"PYAR_TIMEOUT": "1", "PYAR_SHM_BYTES": "0"})])     # ... on persistent requests
 def test_every_waiting_rank_times_out_naming_call_step_and_peer(nprocs, env):
     proc = run(nprocs, "tests/timeouts_check.py", timeout=120, env=env)
     assert proc.returncode == 0, explain(proc)

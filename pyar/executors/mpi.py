@@ -35,10 +35,10 @@ from typing import NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import PyarError, ScheduleError
+from ..errors import PyarError, ScheduleError, TimeoutError
 from ..kernels import bound_fold, folder
 from ..schedule import Schedule
-from . import shm
+from . import progress, shm
 
 DATA, SCRATCH, LANDING, SOURCE = 0, 1, 2, 3     # SOURCE: x, in an out-of-place variant
 _BUFFER = {"data": DATA, "scratch": SCRATCH}
@@ -475,11 +475,12 @@ class _ResidentStep:
         self.checks = [(self.statuses[i], view.nbytes, view, peer)
                        for i, view, peer in received]
 
-    def run(self, call, half, sync):
+    def run(self, call, half, sync, deadline=None):
         if self.puts:
             for box, k, copies in self.puts:   # the slot's message of two calls back taken?
                 if box.room <= (call - 2) * box.m + k:
-                    box.room = shm.await_count(box.taken, (call - 2) * box.m + k + 1)
+                    box.room = shm.await_count(box.taken, (call - 2) * box.m + k + 1,
+                                               deadline, self.where, box.peer)
                 copies[half]()
             sync()
             for box, k, _ in self.puts:
@@ -488,15 +489,22 @@ class _ResidentStep:
         if requests:
             for request in requests:
                 request.Start()
-            for request, status in zip(requests, self.statuses):
-                request.Wait(status)
+            for request, status, peer in zip(requests, self.statuses, self.peers):
+                if deadline is None:
+                    request.Wait(status)
+                else:
+                    progress.wait_for(partial(request.Test, status), deadline,
+                                      lambda waited, peer=peer: TimeoutError(
+                                          f"{self.where} waited for rank {peer}; gave up "
+                                          f"after {waited:.1f} s"))
             for status, nbytes, view, peer in self.checks:
                 if status.Get_count(_BYTE) != nbytes:
                     _check_size(status, view, peer, self.where)
         if self.boxes:
             for box, k in self.boxes:
                 if box.posted[0] <= call * box.m + k:
-                    shm.await_count(box.posted, call * box.m + k + 1)
+                    shm.await_count(box.posted, call * box.m + k + 1, deadline, self.where,
+                                    box.peer)
             sync()
         for finish in self.finishes:
             finish[half]()
@@ -626,9 +634,10 @@ class Resident:
                                              boxes))
         _LIVE.add(self)
 
-    def run(self) -> None:
+    def run(self, deadline=None) -> None:
         """One call: every step on ``data`` (the caller fills it and reads the result), each
-        on its lean path (see :class:`_ResidentStep`). (Flat: the hot path of small calls.)"""
+        on its lean path (see :class:`_ResidentStep`), every wait bounded by ``deadline``
+        (a ``time.monotonic()`` value) if given. (Flat: the hot path of small calls.)"""
         channels, steps = self.channels, self.steps
         call = 0 if channels is None else channels.calls
         if call is None or steps is None:
@@ -636,11 +645,11 @@ class Resident:
         try:
             if channels is None:
                 for step in steps:
-                    step.run(0, 0, None)
+                    step.run(0, 0, None, deadline)
             else:
                 half, sync = call & 1, channels.sync
                 for step in steps:
-                    step.run(call, half, sync)
+                    step.run(call, half, sync, deadline)
         except BaseException:
             self.interrupted()
             raise

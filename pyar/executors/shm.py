@@ -45,6 +45,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
+from ..errors import TimeoutError
 from ..topology import Topology
 from . import progress
 
@@ -67,14 +68,17 @@ def _counter(segment: np.ndarray, offset: int) -> memoryview:
     return memoryview(segment[offset:offset + 8]).cast("q")
 
 
-def await_count(counter: memoryview, value: int) -> int:
-    """``counter`` once it reaches ``value`` (the lean path's wait: no deadline). It polls a
-    few times itself first (the peer is usually a moment behind: a poll here costs a third
-    of one through a function), then waits in :func:`~.progress.wait_for`."""
+def await_count(counter: memoryview, value: int, deadline=None, where: str = "",
+                peer: int = -1) -> int:
+    """``counter`` once it reaches ``value`` (a Resident's lean path's wait); past
+    ``deadline``, pyar.TimeoutError saying ``where`` waited for ``peer``. It polls a few
+    times itself first (the peer is usually a moment behind: a poll here costs a third of
+    one through a function), then waits in :func:`~.progress.wait_for`."""
     for _ in range(progress.SPINS):
         if (seen := counter[0]) >= value:
             return seen
-    progress.wait_for(lambda: counter[0] >= value, None, None)
+    progress.wait_for(lambda: counter[0] >= value, deadline, lambda waited: TimeoutError(
+        f"{where} waited for rank {peer}; gave up after {waited:.1f} s"))
     return counter[0]
 
 

@@ -22,7 +22,7 @@ from .collectives import Collective, collective as record_of, records
 from .collectives.allgather import ALLGATHER
 from .collectives.allreduce import ALLREDUCE
 from .collectives.alltoall import ALLTOALL
-from .collectives.barrier import BARRIER
+from .collectives.barrier import BARRIER, NOTHING
 from .collectives.bcast import BCAST
 from .collectives.reduce import REDUCE
 from .collectives.reduce_scatter import REDUCE_SCATTER
@@ -71,7 +71,6 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
             except BaseException as e:          # mid-way: out of step, as calls.build says
                 what = f"allreduce #{c.seq} on rank {c.rank} ({x.size} {x.dtype})"
                 c.abandon(what, e)
-                _forget(c)
                 if isinstance(e, TimeoutError):
                     raise TimeoutError(f"{what}: {e} (PYAR_TIMEOUT; did every rank call "
                                        f"it, and with the same arguments?)") from None
@@ -155,17 +154,14 @@ def ialltoall(x, out=None, *, algorithm="auto", comm=None, timeout=None) -> Requ
     return _run(ALLTOALL, x, out, None, algorithm, comm, 0, timeout, True)
 
 
-_NOTHING = np.empty(0, np.uint8)
-
-
 def barrier(*, algorithm="auto", comm=None, timeout=None) -> None:
     """Return once every rank of ``comm`` has entered the barrier."""
-    return _run(BARRIER, _NOTHING, None, None, algorithm, comm, 0, timeout, False)
+    return _run(BARRIER, NOTHING, None, None, algorithm, comm, 0, timeout, False)
 
 
 def ibarrier(*, algorithm="auto", comm=None, timeout=None) -> Request:
     """:func:`barrier`, nonblocking: its request completes once every rank has entered."""
-    return _run(BARRIER, _NOTHING, None, None, algorithm, comm, 0, timeout, True)
+    return _run(BARRIER, NOTHING, None, None, algorithm, comm, 0, timeout, True)
 
 
 def collective(name: str, x, out=None, *, op="sum", root=0, algorithm="auto", comm=None,
@@ -208,7 +204,7 @@ class _Repeat:
     """An allreduce signature (dtype, shape, op, algorithm, comm, overrides) already checked
     once: a call repeating it skips the checks and lookups (a small message's time is mostly
     Python). The op and comm objects are held, so that their ids cannot be reused, until
-    the communicator is freed (:func:`_forget`).
+    the communicator is freed or made unusable (:func:`_forget`).
 
     A small message runs on a :class:`Resident`: the plan's own buffer (x copied in, the
     result out), or, once the same ``out`` array comes twice in a row, one bound to that
@@ -315,7 +311,7 @@ def _forget(c: Comm) -> None:
         del _repeats[key]
 
 
-Comm.on_free.append(_forget)
+Comm.on_retire.append(_forget)
 
 
 def schedule(algorithm: str, size: int, count: int, *, collective: str = "allreduce",

@@ -67,8 +67,6 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
         if abandon is not None:
             abandon()
         c.abandon(what, error)
-        for forget in c.on_free:     # no cached signature of c may run again
-            forget(c)
 
     if not nonblocking and deadline is None and progress.quiet():
         def lean():

@@ -58,7 +58,7 @@ class Comm:
         self.seq = 0                # collectives called on this Comm so far
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
 
-    on_free: list = []      # functions told of every Comm freed (caches keyed by it)
+    on_retire: list = []    # told of every Comm freed or made unusable (caches keyed by it)
 
     def __repr__(self):
         return f"<pyar.Comm rank {self.rank} of {self.size}>"
@@ -106,6 +106,11 @@ class Comm:
         """A call (``what``) failed after its first message: no later call may run on it."""
         if self.broken is None:
             self.broken = f"{what} failed mid-way ({type(error).__name__}: {error})"
+            self._retire()
+
+    def _retire(self) -> None:
+        for forget in self.on_retire:
+            forget(self)
 
     def free(self) -> None:
         """Release the duplicate communicator (also done when the user's is freed)."""
@@ -113,8 +118,7 @@ class Comm:
             self._free()
 
     def _free(self) -> None:
-        for forget in self.on_free:
-            forget(self)
+        self._retire()
         for plan in self.plans.values():
             plan.free()
         self.plans.clear()

@@ -4,7 +4,7 @@ import numpy as np
 
 from . import Collective, Work, register_collective
 
-_NOTHING = np.empty(0, np.uint8)
+NOTHING = np.empty(0, np.uint8)    # its x: barrier takes none
 
 
 class Barrier(Collective):
@@ -22,13 +22,13 @@ class Barrier(Collective):
         return None
 
     def load(self, x, rank, size):
-        return _NOTHING
+        return NOTHING
 
     def result(self, data, shape, rank, size, root):
         return None
 
     def prepare(self, x, out, rank, size, root, copy=True):
-        return Work(_NOTHING, None, lambda: None)
+        return Work(NOTHING, None, lambda: None)
 
     def library(self, comm, x, out, reduction, root, start=False):
         return comm.Ibarrier() if start else comm.Barrier()

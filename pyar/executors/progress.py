@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 import threading
 import time
 import warnings
@@ -126,10 +125,10 @@ class Run:
                 deadline = own if deadline is None else min(deadline, own)
             try:
                 wait_for(self.progress, deadline, self.stalled)
-            except TimeoutError:
+            except TimeoutError as e:
                 if own is None or _monotonic() < own:
                     raise
-                self.fail(sys.exc_info()[1])
+                self.fail(e)
             except BaseException as e:
                 self.fail(e)
         if self.error is not None:
@@ -355,11 +354,6 @@ def from_environment() -> None:
     if text == "1" and thread is None:
         whole = Progress().__enter__()
         atexit.register(whole.__exit__, None, None, None)
-
-
-def running() -> bool:
-    """Whether a progress thread runs."""
-    return thread is not None
 
 
 def quiet() -> bool:

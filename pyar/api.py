@@ -12,11 +12,12 @@ nonblocking one (``iallreduce`` ...) returns it as a :class:`pyar.Request`.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
 
-from . import calls, device, ops, schedule as _schedule, tuner
+from . import calls, device, ops, recorder, schedule as _schedule, tuner
 from .algorithms import builder, generation as _generation
 from .collectives import Collective, collective as record_of, records
 from .collectives.allgather import ALLGATHER
@@ -30,7 +31,7 @@ from .comm import Comm
 from .executors import progress
 from .executors.mpi import Plan
 from .executors.progress import Request
-from .errors import TimeoutError
+from .errors import PyarError, TimeoutError
 from .executors.sim import SimResult, simulate
 from .ops import Op
 
@@ -66,17 +67,31 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
                 progress.thread is None:        # (progress.quiet(), inline)
             c = repeat.c
             deadline = None if c.timeout is None else _monotonic() + c.timeout
+            rec = c.recorder
+            if rec is not None:                 # the flight recorder's record, inline
+                f = _getframe(1)
+                entry = [c.seq + 1, repeat.sig, f.f_code, f.f_lineno, _clock(), None, None,
+                         algorithm]
+                rec.calls.append(entry)
             try:
                 done = repeat.run(x, out, deadline)
             except BaseException as e:          # mid-way: out of step, as calls.build says
                 what = f"allreduce #{c.seq} on rank {c.rank} ({x.size} {x.dtype})"
                 c.abandon(what, e)
                 if isinstance(e, TimeoutError):
-                    raise TimeoutError(f"{what}: {e} (PYAR_TIMEOUT; did every rank call "
-                                       f"it, and with the same arguments?)") from None
+                    e = TimeoutError(f"{what}: {e} (PYAR_TIMEOUT; did every rank call it, "
+                                     f"and with the same arguments?)")
+                if rec is not None:
+                    recorder.failed(entry, e)
+                if isinstance(e, TimeoutError):
+                    raise e from None
                 raise
             if done is not None:
+                if rec is not None:
+                    entry[5] = _clock()         # (recorder.ENDED)
                 return done
+            if rec is not None:                 # the full path records it
+                rec.calls.pop()
     return _run(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout, False, _remember)
 
 
@@ -181,14 +196,18 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
         if not isinstance(x, np.ndarray):  # cupy: pyar.device
             return device.collective(record, x, out, op, algorithm, comm, root, timeout,
                                      nonblocking)
-        run, lean = calls.build(record, x, out, op, algorithm, comm, root, timeout,
-                                nonblocking, remember)
-        if nonblocking:
-            return progress.start(run)
-        return lean() if lean is not None else run.complete()
+        try:
+            run, lean = calls.build(record, x, out, op, algorithm, comm, root, timeout,
+                                    nonblocking, remember)
+            if nonblocking:
+                return progress.start(run)
+            return lean() if lean is not None else run.complete()
+        except PyarError as e:      # (a run's own failure has been recorded already)
+            recorder.failed(None, e)
+            raise
 
 
-def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved) -> None:
+def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, entry) -> None:
     """Keep a checked allreduce signature for :class:`_Repeat` (after its first lean call; not
     the MPI library's, which must take the same path on every rank)."""
     if plan is None:
@@ -197,7 +216,8 @@ def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved) -> Non
         _repeats.clear()
     plan = plan.base                # not its out-of-place variant
     _repeats[x.dtype, x.shape, id(op), algorithm, id(comm), _overrides(), _generation[0]] = \
-        _Repeat(op, comm, c, plan, x, reduction, resolved is Op.AVG)
+        _Repeat(op, comm, c, plan, x, reduction, resolved is Op.AVG,
+                None if entry is None else entry[recorder.SIG])
 
 
 class _Repeat:
@@ -215,10 +235,11 @@ class _Repeat:
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
-                 "last", "bound", "target")
+                 "last", "bound", "target", "sig")
 
-    def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool):
+    def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool, sig=None):
         self.op, self.comm, self.c, self.plan = op, comm, c, plan
+        self.sig = sig              # the call's fingerprint, for the flight recorder
         self.reduction, self.avg = reduction, avg
         self.resident = plan.resident(c.mpi, x.dtype, reduction)
         self.shaped = None if self.resident is None else self.resident.data.reshape(x.shape)
@@ -303,6 +324,8 @@ _repeats: dict = {}
 _REPEATS_KEPT = 256
 _overrides = tuner.overrides
 _monotonic = time.monotonic
+_clock = recorder.clock
+_getframe = sys._getframe
 
 
 def _forget(c: Comm) -> None:

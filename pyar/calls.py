@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import buffers, ops, schedule as _schedule, tuner
+from . import buffers, ops, recorder, schedule as _schedule, tuner
 from .algorithms import LIBRARY, builder
 from .comm import Comm
 from .errors import MismatchError, ScheduleError
@@ -41,6 +41,9 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
     deadline = progress.deadline_of(timeout)
     tag = c.next_tag()
     what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
+    entry = None if c.recorder is None and progress.hook is None else recorder.enter(
+        c.recorder, c.seq, (record.name, None if op is None else op.value, x.dtype.name,
+                            x.size, x.shape, root, name), algorithm)
     direct = (record.direct and name != LIBRARY and x.nbytes > RESIDENT_BYTES
               and x.flags.c_contiguous and buffers.apart(x, out))
     try:            # out's checks: on a first call, agreed with the others (it writes out)
@@ -58,6 +61,8 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
     abandon = None
 
     def finish():
+        if entry is not None:
+            entry[recorder.ENDED] = recorder.clock()
         if op is Op.AVG and work.reduced is not None:
             ops.finalize(work.reduced, op, c.size)
         result = work.finish()
@@ -67,6 +72,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
         if abandon is not None:
             abandon()
         c.abandon(what, error)
+        recorder.failed(entry, error)
 
     if not nonblocking and deadline is None and progress.quiet():
         def lean():
@@ -79,7 +85,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                 failed(e)
                 raise
             if remember is not None:
-                remember(x, given_op, algorithm, comm, c, plan, reduction, op)
+                remember(x, given_op, algorithm, comm, c, plan, reduction, op, entry)
             return finish()
         return None, lean
     if remember is not None and not nonblocking:     # blocking, with a deadline
@@ -87,7 +93,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
 
         def finish():
             result = checked_finish()
-            remember(x, given_op, algorithm, comm, c, plan, reduction, op)
+            remember(x, given_op, algorithm, comm, c, plan, reduction, op, entry)
             return result
     if plan is None:
         steps, ctx, done = [step], None, None
@@ -100,7 +106,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
         def finish():
             done()
             return end()
-    return Run(steps, ctx, finish, what, failed, deadline), None
+    return Run(steps, ctx, finish, what, failed, deadline, (entry, c)), None
 
 
 def library(record, c, x, work, reduction, root) -> Library:

@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from . import settings
+from . import log, recorder, settings
 from .errors import PyarError, TimeoutError
 from .executors import progress
 from .executors.mpi import RESIDENT_TAG
@@ -57,6 +57,8 @@ class Comm:
         self.plans: dict = {}
         self.seq = 0                # collectives called on this Comm so far
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
+        self.recorder = recorder.attach(self, recorder.buffer_size())   # (collective)
+        log.comm_made(self)
 
     on_retire: list = []    # told of every Comm freed or made unusable (caches keyed by it)
 

@@ -173,15 +173,15 @@ class Pool:
         for peer, sizes in out.items():
             table[self.local[peer], 2] = _digest(sizes)
         fits = np.array([mine_at <= len(mine)], np.int64)
-        self.node.Allreduce(MPI.IN_PLACE, fits, MPI.MIN)
+        _bounded(self.node.Iallreduce(MPI.IN_PLACE, fits, MPI.MIN), fits)
         if not fits[0]:
             return None
         mine[self.used:mine_at] = 0
         self.used = mine_at
         self.win.Sync()
         theirs = np.empty_like(table)
-        self.node.Alltoall(table, theirs)   # (where my channel to them starts, what they
-        self.win.Sync()                     # expect from me, what they send me)
+        _bounded(self.node.Ialltoall(table, theirs), (table, theirs))  # (where my channel
+        self.win.Sync()             # to them starts, what they expect from me, what they send me)
         # a pair whose ranks disagree on its messages (the ranks' plans differ) goes through
         # MPI: a message of another size is reported by its receiver
         out = {p: Channel(p, self.segments[self.local[p]], int(theirs[self.local[p], 0]), sizes)
@@ -202,6 +202,21 @@ class Pool:
             self.win.Unlock_all()
             self.win.Free()
             self.node.Free()
+
+
+def _bounded(request, buffers) -> None:
+    """Wait for a carving's collective ``request`` until PYAR_TIMEOUT (as agreed) at most: a
+    rank whose plan needs mailboxes the others' do not (another element size) must not
+    wait for ever."""
+    timeout = settings.current().timeout
+    try:
+        progress.wait_for(request.Test, progress.deadline_of(timeout), lambda waited:
+                          TimeoutError(f"setting up shared-memory mailboxes (a small plan's "
+                                       f"first call with this element size) waited "
+                                       f"{waited:.1f} s for the other ranks of the node"))
+    except BaseException:
+        progress.ABANDONED.append((request, buffers))   # still posted: MPI may write there
+        raise
 
 
 def _free_pool(comm, keyval, pool) -> None:

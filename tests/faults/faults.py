@@ -1,7 +1,7 @@
 """Run under mpiexec (tests/faults/test_faults.py): the last rank misbehaves after some good
 calls, and every rank reports what its call did. ``faults.py DIR SCENARIO...``: each scenario
-on a fresh communicator, its dumps in DIR/SCENARIO (PYAR_DUMP_DIR). Prints one JSON line per
-rank and scenario: {"scenario", "rank", "error", "message", "seconds", "wrong"}, where
+on a fresh communicator, its dumps in DIR/SCENARIO (PYAR_DUMP_DIR), and each rank's report
+there as row<R>.json: {"scenario", "rank", "error", "message", "seconds", "wrong"}, where
 seconds run from the rank's entering its faulty call to its error, and wrong says that a call
 returned a result that is not the reduction of what the ranks passed."""
 
@@ -90,8 +90,12 @@ def scenario(folder, name):
         wrong = fault(name, comm)
     except pyar.PyarError as e:
         error, message = type(e).__name__, str(e)
-    print(json.dumps({"scenario": name, "rank": rank, "error": error, "message": message,
-                      "seconds": time.monotonic() - began, "wrong": wrong}), flush=True)
+    row = {"scenario": name, "rank": rank, "error": error, "message": message,
+           "seconds": time.monotonic() - began, "wrong": wrong}
+    folder = os.path.join(folder, name)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"row{rank}.json"), "w") as f:
+        json.dump(row, f)
     if name == "exit":                  # (one rank has gone: no barrier, no freeing)
         return
     world.Barrier()                     # every scenario is bounded: all ranks come here
@@ -100,6 +104,7 @@ def scenario(folder, name):
 
 for each in sys.argv[2:]:
     scenario(sys.argv[1], each)
-world.Barrier()
+if "exit" not in sys.argv:
+    world.Barrier()
 sys.stdout.flush()
 os._exit(0)     # not MPI_Finalize: the failed calls' requests are still posted (as in the field)

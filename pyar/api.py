@@ -27,7 +27,7 @@ from .collectives.bcast import BCAST
 from .collectives.reduce import REDUCE
 from .collectives.reduce_scatter import REDUCE_SCATTER
 from .comm import Comm
-from .executors import progress
+from .executors import notice, progress
 from .executors.mpi import Plan
 from .executors.progress import Request
 from .errors import TimeoutError
@@ -188,16 +188,17 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
         return lean() if lean is not None else run.complete()
 
 
-def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved) -> None:
+def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, call) -> None:
     """Keep a checked allreduce signature for :class:`_Repeat` (after its first lean call; not
-    the MPI library's, which must take the same path on every rank)."""
-    if plan is None:
+    the MPI library's, which must take the same path on every rank, nor on a Comm that checks
+    every call)."""
+    if plan is None or c.check:
         return
     if len(_repeats) >= _REPEATS_KEPT:
         _repeats.clear()
     plan = plan.base                # not its out-of-place variant
     _repeats[x.dtype, x.shape, id(op), algorithm, id(comm), _overrides(), _generation[0]] = \
-        _Repeat(op, comm, c, plan, x, reduction, resolved is Op.AVG)
+        _Repeat(op, comm, c, plan, x, reduction, resolved is Op.AVG, call)
 
 
 class _Repeat:
@@ -215,12 +216,14 @@ class _Repeat:
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
-                 "last", "bound", "target")
+                 "last", "bound", "target", "fingerprint", "active")
 
-    def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool):
+    def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool, call):
         self.op, self.comm, self.c, self.plan = op, comm, c, plan
         self.reduction, self.avg = reduction, avg
-        self.resident = plan.resident(c.mpi, x.dtype, reduction)
+        self.fingerprint = notice.fingerprint(call)     # (call: as calls.build made it)
+        self.active = (c, self.fingerprint, call)       # notice.ACTIVE's, at each call
+        self.resident = plan.resident(c.mpi, x.dtype, reduction, self.fingerprint)
         self.shaped = None if self.resident is None else self.resident.data.reshape(x.shape)
         self.last = self.bound = self.target = None
 
@@ -236,6 +239,7 @@ class _Repeat:
                     return None
                 out[...] = x
             self.c.seq += 1
+            _active[0] = self.active
             self.bound.run(deadline)
             if self.avg:
                 ops.finalize(self.bound.data, Op.AVG, self.c.size)
@@ -250,6 +254,7 @@ class _Repeat:
                 self.last = out
             shaped[...] = x
             self.c.seq += 1
+            _active[0] = self.active
             self.resident.run(deadline)
             if self.avg:
                 ops.finalize(self.resident.data, Op.AVG, self.c.size)
@@ -275,11 +280,12 @@ class _Repeat:
             result = out
         data = result.reshape(-1)
         c = self.c
+        _active[0] = self.active
         if result is x:
-            self.plan.run(c.mpi, c.next_tag(), data, self.reduction)
+            self.plan.run(c.mpi, c.next_tag(self.fingerprint), data, self.reduction)
         else:
-            self.plan.out_of_place().run(c.mpi, c.next_tag(), data, self.reduction,
-                                         x.reshape(-1))
+            self.plan.out_of_place().run(c.mpi, c.next_tag(self.fingerprint), data,
+                                         self.reduction, x.reshape(-1))
         if self.avg:
             ops.finalize(data, Op.AVG, c.size)
         return result
@@ -288,7 +294,8 @@ class _Repeat:
         """Run from now on in ``out``'s own memory (the previous binding is freed)."""
         if self.bound is not None:
             self.bound.free()
-        self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction)
+        self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction,
+                                    self.fingerprint)
         self.target, self.last = out, None
         return self
 
@@ -302,6 +309,7 @@ def _writable_like(out, x) -> bool:
 _repeats: dict = {}
 _REPEATS_KEPT = 256
 _overrides = tuner.overrides
+_active = notice.ACTIVE
 _monotonic = time.monotonic
 
 

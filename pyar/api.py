@@ -28,7 +28,7 @@ from .collectives.bcast import BCAST
 from .collectives.reduce import REDUCE
 from .collectives.reduce_scatter import REDUCE_SCATTER
 from .comm import Comm
-from .executors import progress
+from .executors import notice, progress
 from .executors.mpi import Plan
 from .executors.progress import Request
 from .errors import PyarError, TimeoutError
@@ -78,12 +78,13 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
             except BaseException as e:          # mid-way: out of step, as calls.build says
                 what = f"allreduce #{c.seq} on rank {c.rank} ({x.size} {x.dtype})"
                 c.abandon(what, e)
-                if isinstance(e, TimeoutError):
+                own = isinstance(e, TimeoutError) and getattr(e, "failed_rank", None) is None
+                if own:                         # (not a peer's, told by a notice)
                     e = TimeoutError(f"{what}: {e} (PYAR_TIMEOUT; did every rank call it, "
                                      f"and with the same arguments?)")
                 if rec is not None:
                     recorder.failed(entry, e)
-                if isinstance(e, TimeoutError):
+                if own:
                     raise e from None
                 raise
             if done is not None:
@@ -207,16 +208,18 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
             raise
 
 
-def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, entry) -> None:
+def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, call,
+              entry) -> None:
     """Keep a checked allreduce signature for :class:`_Repeat` (after its first lean call; not
-    the MPI library's, which must take the same path on every rank)."""
-    if plan is None:
+    the MPI library's, which must take the same path on every rank, nor on a Comm that checks
+    every call)."""
+    if plan is None or c.check:
         return
     if len(_repeats) >= _REPEATS_KEPT:
         _repeats.clear()
     plan = plan.base                # not its out-of-place variant
     _repeats[x.dtype, x.shape, id(op), algorithm, id(comm), _overrides(), _generation[0]] = \
-        _Repeat(op, comm, c, plan, x, reduction, resolved is Op.AVG,
+        _Repeat(op, comm, c, plan, x, reduction, resolved is Op.AVG, call,
                 None if entry is None else entry[recorder.SIG])
 
 
@@ -235,13 +238,16 @@ class _Repeat:
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
-                 "last", "bound", "target", "sig")
+                 "last", "bound", "target", "fingerprint", "active", "sig")
 
-    def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool, sig=None):
+    def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool, call,
+                 sig=None):
         self.op, self.comm, self.c, self.plan = op, comm, c, plan
         self.sig = sig              # the call's fingerprint, for the flight recorder
         self.reduction, self.avg = reduction, avg
-        self.resident = plan.resident(c.mpi, x.dtype, reduction)
+        self.fingerprint = notice.fingerprint(call)     # (call: as calls.build made it)
+        self.active = (c, self.fingerprint, call)       # notice.ACTIVE's, at each call
+        self.resident = plan.resident(c.mpi, x.dtype, reduction, self.fingerprint)
         self.shaped = None if self.resident is None else self.resident.data.reshape(x.shape)
         self.last = self.bound = self.target = None
 
@@ -257,6 +263,7 @@ class _Repeat:
                     return None
                 out[...] = x
             self.c.seq += 1
+            _active[0] = self.active
             self.bound.run(deadline)
             if self.avg:
                 ops.finalize(self.bound.data, Op.AVG, self.c.size)
@@ -271,6 +278,7 @@ class _Repeat:
                 self.last = out
             shaped[...] = x
             self.c.seq += 1
+            _active[0] = self.active
             self.resident.run(deadline)
             if self.avg:
                 ops.finalize(self.resident.data, Op.AVG, self.c.size)
@@ -296,11 +304,12 @@ class _Repeat:
             result = out
         data = result.reshape(-1)
         c = self.c
+        _active[0] = self.active
         if result is x:
-            self.plan.run(c.mpi, c.next_tag(), data, self.reduction)
+            self.plan.run(c.mpi, c.next_tag(self.fingerprint), data, self.reduction)
         else:
-            self.plan.out_of_place().run(c.mpi, c.next_tag(), data, self.reduction,
-                                         x.reshape(-1))
+            self.plan.out_of_place().run(c.mpi, c.next_tag(self.fingerprint), data,
+                                         self.reduction, x.reshape(-1))
         if self.avg:
             ops.finalize(data, Op.AVG, c.size)
         return result
@@ -309,7 +318,8 @@ class _Repeat:
         """Run from now on in ``out``'s own memory (the previous binding is freed)."""
         if self.bound is not None:
             self.bound.free()
-        self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction)
+        self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction,
+                                    self.fingerprint)
         self.target, self.last = out, None
         return self
 
@@ -323,6 +333,7 @@ def _writable_like(out, x) -> bool:
 _repeats: dict = {}
 _REPEATS_KEPT = 256
 _overrides = tuner.overrides
+_active = notice.ACTIVE
 _monotonic = time.monotonic
 _clock = recorder.clock
 _getframe = sys._getframe

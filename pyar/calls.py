@@ -17,7 +17,7 @@ from . import buffers, ops, recorder, schedule as _schedule, tuner
 from .algorithms import LIBRARY, builder
 from .comm import Comm
 from .errors import MismatchError, ScheduleError
-from .executors import progress
+from .executors import notice, progress
 from .executors.mpi import RESIDENT_BYTES, Library, Plan
 from .executors.progress import Run
 from .kernels import HALF
@@ -39,11 +39,16 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                         x.dtype, topology=c.topology)
     reduction = None if op is None else op.reduction
     deadline = progress.deadline_of(timeout)
-    tag = c.next_tag()
+    call = (record.name, "-" if op is None else op.value, x.dtype.name, count, int(root), name)
+    fingerprint = notice.fingerprint(call)
+    tag = c.next_tag(fingerprint)
+    notice.ACTIVE[0] = c, fingerprint, call
     what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
     entry = None if c.recorder is None and progress.hook is None else recorder.enter(
         c.recorder, c.seq, (record.name, None if op is None else op.value, x.dtype.name,
                             x.size, x.shape, root, name), algorithm)
+    if c.check:
+        c.check_call(call, deadline, what)
     direct = (record.direct and name != LIBRARY and x.nbytes > RESIDENT_BYTES
               and x.flags.c_contiguous and buffers.apart(x, out))
     try:            # out's checks: on a first call, agreed with the others (it writes out)
@@ -80,12 +85,12 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                 if plan is None:
                     step.run(None, None, None, None)
                 else:
-                    plan.run(c.mpi, tag, work.data, reduction, source)
+                    plan.run(c.mpi, tag, work.data, reduction, source, fingerprint)
             except BaseException as e:
                 failed(e)
                 raise
             if remember is not None:
-                remember(x, given_op, algorithm, comm, c, plan, reduction, op, entry)
+                remember(x, given_op, algorithm, comm, c, plan, reduction, op, call, entry)
             return finish()
         return None, lean
     if remember is not None and not nonblocking:     # blocking, with a deadline
@@ -93,13 +98,13 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
 
         def finish():
             result = checked_finish()
-            remember(x, given_op, algorithm, comm, c, plan, reduction, op, entry)
+            remember(x, given_op, algorithm, comm, c, plan, reduction, op, call, entry)
             return result
     if plan is None:
         steps, ctx, done = [step], None, None
     else:
         steps, ctx, done, abandon = plan.execution(c.mpi, tag, work.data, reduction, source,
-                                                   alone=not nonblocking)
+                                                   not nonblocking, fingerprint)
     if done is not None:
         end = finish
 

@@ -184,8 +184,13 @@ def _comm(ranks: dict[int, dict], missing: list[int]) -> list[tuple[int, str]]:
                 who = ranks_text(call["peers"])
                 gone = [p for p in call["peers"] if p in missing]
                 note = f" ({ranks_text(gone)} left no dump)" if gone else ""
+                if "stopped_by" in call:
+                    note += f", until rank {call['stopped_by']}'s failure reached it"
                 out.append((3, f"{_name(call)}{step} on rank {rank} waited {waited:.1f} s for "
                                f"{who}{note}"))
+            elif "stopped_by" in call:
+                out.append((4, f"{_name(call)} on rank {rank} stopped: rank "
+                               f"{call['stopped_by']} failed"))
             else:
                 out.append((4, f"{_name(call)} failed on rank {rank}: {call.get('error')}: "
                                f"{call.get('message', '')}"))

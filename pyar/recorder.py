@@ -110,6 +110,9 @@ def _start(comm) -> None:
     when = time.strftime("%Y%m%d-%H%M%S", time.localtime(int(stamp[0])))
     _job.update(dir=f"pyar-dump-{when}-{int(stamp[1])}", rank=MPI.COMM_WORLD.Get_rank(),
                 size=MPI.COMM_WORLD.Get_size())
+    from .executors import notice
+
+    notice.listeners.append(_on_notice)
     try:
         if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
             signal.signal(signal.SIGUSR1, lambda signum, frame: dump("SIGUSR1"))
@@ -165,6 +168,10 @@ def state_of(error: BaseException) -> dict:
     """What went wrong, for a record: the error, and where a wait gave up (if it says)."""
     message = str(error)
     state = {"error": type(error).__name__, "message": message}
+    by = getattr(error, "failed_rank", None)
+    if by is not None:              # a peer's failure, noticed in a wait: what it waited for
+        state["stopped_by"] = by
+        message = getattr(error, "waiting", None) or ""
     found = _STEP.search(message)
     if found:
         state["step"] = int(found[1])
@@ -181,6 +188,14 @@ def state_of(error: BaseException) -> dict:
 def peer_failed(rank: int, message: str) -> Path | None:
     """A peer announced a failure (the notice side channel): dump here too."""
     return dump(f"rank {rank} failed", message)
+
+
+def _on_notice(comm, message: dict) -> None:
+    """A notice sent or received (:mod:`pyar.executors.notice`): a peer's failure dumps here
+    at once, whatever this rank is doing (its own raises and dumps again, in its wait)."""
+    if message.get("kind") == "failed" and comm is not None and message["rank"] != comm.rank:
+        peer_failed(message["rank"], f"{message['what']}: {message['error']}: "
+                                     f"{message.get('text', '')}")
 
 
 def _record(entry: list, now: float, wall: float) -> dict:

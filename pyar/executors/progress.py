@@ -41,6 +41,8 @@ from ..errors import PyarError, TimeoutError
 
 hook = None                 # hook(event, run, step) or None; see the module docstring
 _listeners: list = []       # what :func:`listen` put on the hook
+on_stall = None             # on_stall(seconds waited): a stalled wait's duty (notice.poll)
+STALL_POLL = 1e-3           # seconds between a stalled wait's calls of on_stall
 OPEN: list = []             # runs in flight (nonblocking collectives not yet complete)
 ABANDONED: list = []        # contexts (buffers) of failed runs: MPI may still write there
 SPINS = 64                  # polls before a waiting rank starts to yield its core
@@ -166,9 +168,11 @@ def wait_for(test, deadline, stalled) -> None:
 
     Meanwhile every run in flight is advanced. ``deadline`` is a
     ``time.monotonic()`` value or None (wait for ever, as MPI does); past it,
-    ``stalled(seconds waited)`` is raised.
+    ``stalled(seconds waited)`` is raised. Once the wait yields its core, it calls
+    :data:`on_stall` every :data:`STALL_POLL` seconds, which may raise too (a peer's failure:
+    :mod:`.notice`).
     """
-    spins, began = 0, None
+    spins, began, polled = 0, None, 0.0
     while not test():
         if OPEN:
             progress_open()
@@ -176,12 +180,19 @@ def wait_for(test, deadline, stalled) -> None:
         if spins < SPINS:
             continue
         _yield()
-        if deadline is not None:
-            now = _monotonic()
-            if began is None:
-                began = now
-            if now > deadline:
-                raise stalled(now - began + SPINS * 1e-7)
+        now = _monotonic()
+        if began is None:
+            began = polled = now
+        if deadline is not None and now > deadline:
+            raise stalled(now - began + SPINS * 1e-7)
+        if now >= polled and on_stall is not None:
+            polled = now + STALL_POLL
+            try:
+                on_stall(now - began)
+            except PyarError as e:      # what this wait waited for, for the flight recorder
+                if getattr(e, "waiting", None) is None:
+                    e.waiting = str(stalled(now - began))
+                raise
 
 
 def progress_open() -> None:

@@ -1,6 +1,6 @@
 """Run under mpiexec (tests/faults/test_faults.py): the last rank misbehaves after some good
-calls, and every rank reports what its call did. ``faults.py DIR SCENARIO...``: each scenario
-on a fresh communicator, its dumps in DIR/SCENARIO (PYAR_DUMP_DIR), and each rank's report
+calls, and every rank reports what its call did. ``faults.py DIR SCENARIO...``: each on a
+communicator of its own, its dumps in DIR/SCENARIO (PYAR_DUMP_DIR), each rank's report
 there as row<R>.json: {"scenario", "rank", "error", "message", "seconds", "wrong"}, where
 seconds run from the rank's entering its faulty call to its error, and wrong says that a call
 returned a result that is not the reduction of what the ranks passed."""
@@ -14,6 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 import pyar
+from pyar.executors import notice
 
 world = MPI.COMM_WORLD
 rank, size = world.Get_rank(), world.Get_size()
@@ -99,12 +100,16 @@ def scenario(folder, name):
     if name == "exit":                  # (one rank has gone: no barrier, no freeing)
         return
     world.Barrier()                     # every scenario is bounded: all ranks come here
-    comm.recorder = None                # (the next scenario's dumps: its communicator only)
+    drain = time.monotonic() + 0.2      # the failed call's notices, before the next scenario
+    while time.monotonic() < drain:
+        try:
+            notice.poll(0.0)
+        except pyar.PyarError:
+            pass
+    world.Barrier()
 
 
 for each in sys.argv[2:]:
     scenario(sys.argv[1], each)
-if "exit" not in sys.argv:
-    world.Barrier()
 sys.stdout.flush()
 os._exit(0)     # not MPI_Finalize: the failed calls' requests are still posted (as in the field)

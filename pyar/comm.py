@@ -15,7 +15,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from . import log, recorder, settings
+from . import log, recorder, settings, trace
 from .errors import MismatchError, PyarError, TimeoutError
 from .executors import notice, progress
 from .executors.mpi import tag_bits
@@ -101,6 +101,7 @@ class Comm:
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
         self.recorder = recorder.attach(self, recorder.buffer_size())   # (collective)
         log.comm_made(self)
+        trace.comm_made(self)
 
     on_retire: list = []    # told of every Comm freed or made unusable (caches keyed by it)
 

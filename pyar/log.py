@@ -148,15 +148,15 @@ def peers_and_bytes(step, ctx) -> tuple[list[int], int, int]:
         for r in recvs:
             peers.add(r.wire.peer)
             received += (r.wire.hi - r.wire.lo) * size
-    elif hasattr(step, "puts"):     # a Resident's: mailboxes and persistent requests
-        for box, k, _ in step.puts:
+    elif hasattr(step, "puts"):     # a Resident's: mailboxes (box, k, ...), persistent requests
+        for box, k, *_ in step.puts:
             peers.add(box.peer)
             sent += box.slots[k][0].nbytes
-        for box, k in step.boxes:
+        for box, k, *_ in step.boxes:
             peers.add(box.peer)
             received += box.slots[k][0].nbytes
         peers.update(step.peers)
-        received += sum(nbytes for _, nbytes, _, _ in step.checks)
+        received += sum(check[1] for check in step.checks)
     return sorted(peers), sent, received
 
 

@@ -70,7 +70,7 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
             rec = c.recorder
             if rec is not None:                 # the flight recorder's record, inline
                 f = _getframe(1)
-                entry = [c.seq + 1, repeat.sig, f.f_code, f.f_lineno, _clock(), None, None,
+                entry = [c.seq + 1, repeat.sig, f.f_code, f.f_lasti, _clock(), None, None,
                          algorithm]
                 rec.calls.append(entry)
             try:

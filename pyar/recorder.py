@@ -8,8 +8,9 @@ begins (the allreduce fast path makes it inline, in :mod:`pyar.api`)::
     [seq, fingerprint, code, line, began, ended, state, asked]
 
 ``fingerprint`` is ``(collective, op, dtype, count, shape, root,
-algorithm)``; ``code``/``line`` the caller's code object and line (the first
-frame outside pyar's call path; formatted only when dumped); ``began``/``ended``
+algorithm)``; ``code``/``line`` the caller's code object and the offset of
+its calling instruction (the first frame outside pyar's call path; turned
+into file:line only when dumped); ``began``/``ended``
 ``time.perf_counter()`` values (``ended`` None: not complete); ``state`` None
 while it runs or once it is done, else what went wrong (the error, and the
 step, its number of steps, the peers it waited for and how long, read from
@@ -125,7 +126,7 @@ def caller():
     f = _getframe(1)
     while f.f_back is not None and f.f_code.co_filename in _INSIDE:
         f = f.f_back
-    return f.f_code, f.f_lineno
+    return f.f_code, f.f_lasti
 
 
 def enter(rec: Recorder | None, seq: int, fingerprint: tuple, asked: str) -> list:
@@ -203,13 +204,22 @@ def _record(entry: list, now: float, wall: float) -> dict:
         state, asked = entry
     out = {"seq": seq, "collective": collective, "op": op, "dtype": dtype, "count": count,
            "shape": list(shape), "root": root, "algorithm": algorithm, "asked": asked,
-           "caller": f"{code.co_filename}:{line}" if code is not None else None,
+           "caller": f"{code.co_filename}:{line_of(code, line)}" if code is not None else None,
            "began": wall - (now - began), "seconds": (ended if ended is not None else now) - began,
            "state": "done" if ended is not None and state is None else
                     "failed" if state is not None else "entered"}
     if state is not None:
         out.update(state)
     return out
+
+
+def line_of(code, offset: int) -> int | None:
+    """The source line of the instruction at byte ``offset`` of ``code`` (a frame's
+    ``f_lasti``: what a record keeps, since ``f_lineno`` costs more to read)."""
+    for start, end, line in code.co_lines():
+        if start <= offset < end:
+            return line
+    return None
 
 
 def snapshot(reason: str = "pyar.dump()", error=None) -> dict:

@@ -139,7 +139,7 @@ def _call(run, lane, now) -> None:
                     why=tuner.reason(collective, entry[recorder.ASKED], comm.size,
                                      count_of(collective, count, comm.size), dtype,
                                      comm.topology),
-                    caller=f"{code.co_filename}:{line}")
+                    caller=f"{code.co_filename}:{recorder.line_of(code, line)}")
     if run.error is not None:
         args["error"] = f"{type(run.error).__name__}: {run.error}"
     _emit({"name": name, "cat": "collective", "ph": "X", "ts": _us(began),

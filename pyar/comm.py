@@ -99,7 +99,8 @@ class Comm:
         fp_bits, self._seq_bits = tag_bits(self.mpi)
         self._fp_mask, self._seqs = (1 << fp_bits) - 1, (1 << self._seq_bits) - 1
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
-        self.recorder = recorder.attach(self, recorder.buffer_size())   # (collective)
+        self.recorder = recorder.attach(self, recorder.DEFAULT_CALLS if self.settings.
+                                        trace_buffer is None else self.settings.trace_buffer)
         log.comm_made(self)
         trace.comm_made(self)
 

@@ -75,14 +75,13 @@ def file_name(pattern: str, rank: int) -> str:
             .replace("%r", str(rank)))
 
 
-def configure(rank: int) -> None:
-    """Apply PYAR_DEBUG, PYAR_DEBUG_SUBSYS and PYAR_DEBUG_FILE (once per process; ``rank``
-    for ``%r``). Unset PYAR_DEBUG leaves the logging configuration as the application set
-    it."""
+def configure(rank: int, chosen: int | None, on) -> None:
+    """Apply PYAR_DEBUG's level ``chosen``, PYAR_DEBUG_SUBSYS's subsystems ``on`` (None: all)
+    and PYAR_DEBUG_FILE (once per process; ``rank`` for ``%r``). Unset PYAR_DEBUG leaves
+    the logging configuration as the application set it."""
     if "done" in _configured:
         return
-    chosen = level(os.environ.get("PYAR_DEBUG", ""))
-    on = subsystems(os.environ.get("PYAR_DEBUG_SUBSYS", ""))
+    on = set(SUBSYSTEMS) if on is None else on
     _configured["done"] = True
     if chosen is None:
         return
@@ -108,7 +107,7 @@ def _subsystem(record: logging.LogRecord) -> bool:
 def comm_made(c) -> None:
     """A Comm was made: log what was set up (INIT), and if its calls are to be logged, put
     the logging listener on the executor's event hook."""
-    configure(_world_rank(c))
+    configure(_world_rank(c), c.settings.debug, c.settings.debug_subsys)
     init = loggers["INIT"]
     if init.isEnabledFor(logging.INFO):
         from .executors import cuda

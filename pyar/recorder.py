@@ -70,24 +70,10 @@ _job: dict = {}             # {"dir": default dump directory, "rank": world rank
 _last_dump: list = []       # [path] of the last dump written
 
 
-def buffer_size() -> int:
-    """PYAR_TRACE_BUFFER: calls each communicator keeps (0: the recorder is off)."""
-    text = os.environ.get("PYAR_TRACE_BUFFER", "").strip()
-    if not text:
-        return DEFAULT_CALLS
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ValueError(f"PYAR_TRACE_BUFFER must be an integer >= 0 (calls kept per "
-                         f"communicator; 0: no flight recorder), got {text!r}")
-    return n
-
-
 def attach(comm, n: int) -> Recorder | None:
-    """The recorder of a new :class:`pyar.Comm` (collective: its first one also agrees on the
-    job's default dump directory); None if ``n`` is 0."""
+    """The recorder of a new :class:`pyar.Comm`, keeping ``n`` calls (PYAR_TRACE_BUFFER, as
+    :mod:`pyar.settings` read it); None if ``n`` is 0. Collective: the process's first
+    also agrees on the job's default dump directory."""
     index = _made[0]
     _made[0] += 1
     if not _job:

@@ -8,8 +8,8 @@ split into ``post`` (posting the transfers), ``wait`` (until they are
 complete) and ``fold`` (folding and copying what arrived). Nonblocking
 calls in flight together go on threads of their own.
 
-Clocks: when the first Comm is made, its ranks agree that PYAR_TRACE is set
-on all of them (else a ValueError on every rank) and pass three barriers;
+Clocks: when the first Comm is made (its ranks agreed that PYAR_TRACE is set
+on all of them or on none: :mod:`pyar.settings`), they pass three barriers;
 each takes its clock's zero as it leaves the last one, so timestamps of
 different ranks line up to within a barrier's exit skew (microseconds on one
 node). At exit each rank writes ``<file>.rank<R>.part``; rank 0 waits up to
@@ -43,19 +43,13 @@ def path_set() -> str:
 
 
 def comm_made(c) -> None:
-    """A Comm was made: on the first, agree on PYAR_TRACE and align the clocks (collective)."""
+    """A Comm was made: on the first, with PYAR_TRACE set, align the clocks (collective)."""
     if "agreed" in _state:
         return
-    import numpy as np
     from mpi4py import MPI
 
     _state["agreed"] = True
-    path = path_set()
-    flags = np.array([bool(path), not path], np.int64)
-    c.mpi.Allreduce(MPI.IN_PLACE, flags, MPI.MIN)
-    if not flags.any():
-        raise ValueError(f"PYAR_TRACE must be set on every rank or on none (here, on rank "
-                         f"{c.rank}: {path or 'unset'!r})")
+    path = path_set()               # (set on every rank or on none: pyar.settings agreed)
     if not path:
         return
     for _ in range(3):

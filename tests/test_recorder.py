@@ -59,9 +59,15 @@ def test_the_ring_buffer_keeps_the_last_calls_and_zero_turns_it_off(tmp_path):
 
 
 def test_a_bad_buffer_size_says_what_it_takes(monkeypatch):
+    from pyar import settings
+
     monkeypatch.setenv("PYAR_TRACE_BUFFER", "lots")
     with pytest.raises(ValueError, match="PYAR_TRACE_BUFFER must be an integer >= 0"):
-        recorder.buffer_size()
+        settings.read()
+    monkeypatch.setenv("PYAR_TRACE_BUFFER", "7")
+    monkeypatch.setenv("PYAR_DEBUG_SUBSYS", "^P2P")
+    read = settings.read()
+    assert read.trace_buffer == 7 and "P2P" not in read.debug_subsys
 
 
 def test_a_timeouts_state_names_the_step_and_peers():

@@ -144,11 +144,37 @@ def failed(entry: list | None, error: BaseException, why: str = "error") -> None
         entry[ENDED] = _clock()
         entry[STATE] = state_of(error)
     if isinstance(error, PyarError) and not getattr(error, "_pyar_dumped", False):
-        try:
-            error._pyar_dumped = True
-        except AttributeError:
-            pass
-        dump(type(error).__name__, error)
+        error._pyar_dumped = True
+        verdict = _verdict(entry[STATE] if entry is not None else None)
+        path = dump(type(error).__name__, error)
+        told = (f"; {verdict}" if verdict else "") + \
+            (f" [flight record: {path}; pyar doctor {path.parent}]" if path else "")
+        if told and len(error.args) == 1 and isinstance(error.args[0], str):
+            error.args = (error.args[0] + told,)
+
+
+def _verdict(state) -> str:
+    """The short verdict a failed wait can know by itself: where each rank it waited for is
+    stuck (the peers' stall reports, :mod:`pyar.executors.notice`), or that it is not."""
+    if not state or not state.get("peers") or "stopped_by" in state:
+        return ""
+    from .executors import notice
+
+    comm = notice.ACTIVE[0][0]
+    seen = getattr(getattr(comm, "notice", None), "peers", None)
+    if seen is None:
+        return ""
+    words, seq = [], comm.seq
+    for peer in state["peers"]:
+        m = seen.get(peer)
+        if m is None or m["seq"] < seq:
+            since = "" if m is None else f" since call #{m['seq']}"
+            words.append(f"rank {peer} has not been stuck in pyar{since} (busy elsewhere, "
+                         f"exited or killed?)")
+        else:
+            words.append(f"rank {peer} is waiting in call #{m['seq']} "
+                         f"({notice.describe(m['call'])}) at {m['where']}")
+    return "; ".join(words)
 
 
 def state_of(error: BaseException) -> dict:

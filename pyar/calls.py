@@ -40,9 +40,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
     reduction = None if op is None else op.reduction
     deadline = progress.deadline_of(timeout)
     call = (record.name, "-" if op is None else op.value, x.dtype.name, count, int(root), name)
-    fingerprint = notice.fingerprint(call)
-    tag = c.next_tag(fingerprint)
-    notice.ACTIVE[0] = c, fingerprint, call
+    tag = c.next_tag((notice.fingerprint(call), call))
     what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
     if c.check:
         c.check_call(call, deadline, what)
@@ -79,7 +77,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                 if plan is None:
                     step.run(None, None, None, None)
                 else:
-                    plan.run(c.mpi, tag, work.data, reduction, source, fingerprint)
+                    plan.run(c.mpi, tag, work.data, reduction, source, call, c.seq)
             except BaseException as e:
                 failed(e)
                 raise
@@ -98,7 +96,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
         steps, ctx, done = [step], None, None
     else:
         steps, ctx, done, abandon = plan.execution(c.mpi, tag, work.data, reduction, source,
-                                                   not nonblocking, fingerprint)
+                                                   not nonblocking, call, c.seq)
     if done is not None:
         end = finish
 
@@ -135,6 +133,7 @@ def checked(record, x, op, comm, root):
         ops.check(op, x.dtype)
     c = Comm.of(comm)
     c.check_usable()
+    c.notice.receive()      # a peer's failure known already raises here
     if record.rooted:
         check_root(root, c.size)
     record.check(x.shape, c.size)

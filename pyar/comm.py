@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from . import settings
 from .errors import MismatchError, PyarError, TimeoutError
-from .executors import notice, progress
+from .executors import notice, progress, shm
 from .executors.mpi import tag_bits
 from .topology import Topology
 
@@ -96,6 +96,7 @@ class Comm:
         self.topology = self._discover_topology()
         self.plans: dict = {}
         self.seq = 0                # collectives called on this Comm so far
+        self.recent = [(1, None)] * notice.RECENT  # [seq % RECENT]: (fingerprint, call) of each
         fp_bits, self._seq_bits = tag_bits(self.mpi)
         self._fp_mask, self._seqs = (1 << fp_bits) - 1, (1 << self._seq_bits) - 1
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
@@ -131,13 +132,15 @@ class Comm:
             base.Set_attr(_KEYVAL, found)
         return found
 
-    def next_tag(self, fingerprint: int = 0) -> int:
-        """Number the next collective on this Comm (:attr:`seq`); its tag: the call's
-        ``fingerprint`` (:func:`pyar.executors.notice.fingerprint`) and sequence number
-        (:func:`pyar.executors.mpi.tag_bits`), so that collectives in flight together have
-        tags of their own and a message of another call never matches."""
-        self.seq += 1
-        return (fingerprint & self._fp_mask) << self._seq_bits | 1 + self.seq % self._seqs
+    def next_tag(self, entry: tuple = (1, None)) -> int:
+        """Number the next collective on this Comm (:attr:`seq`) and remember its ``entry``,
+        ``(fingerprint, call)`` (:mod:`pyar.executors.notice`); its tag: the fingerprint
+        and the sequence number (:func:`pyar.executors.mpi.tag_bits`), so that collectives
+        in flight together have tags of their own and a message of another call never
+        matches."""
+        seq = self.seq = self.seq + 1
+        self.recent[seq % notice.RECENT] = entry
+        return (entry[0] & self._fp_mask) << self._seq_bits | 1 + seq % self._seqs
 
     def check_usable(self) -> None:
         """PyarError if a call on this Comm failed mid-way (its ranks are out of step)."""
@@ -162,6 +165,8 @@ class Comm:
             self._free()
 
     def _free(self) -> None:
+        if self.broken is not None and (pool := shm.existing_pool(self.mpi)) is not None:
+            pool.abandoned = True       # out of step: its collective free could hang
         self._retire()
         for plan in self.plans.values():
             plan.free()

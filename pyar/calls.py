@@ -42,18 +42,23 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
     call = (record.name, "-" if op is None else op.value, x.dtype.name, count, int(root), name)
     tag = c.next_tag((notice.fingerprint(call), call))
     what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
-    if c.check:
-        c.check_call(call, deadline, what)
     direct = (record.direct and name != LIBRARY and x.nbytes > RESIDENT_BYTES
               and x.flags.c_contiguous and buffers.apart(x, out))
-    try:            # out's checks: on a first call, agreed with the others (it writes out)
-        work, refused = record.prepare(x, out, c.rank, c.size, root, copy=not direct), None
-    except (ValueError, TypeError) as e:
-        work, refused = None, e
-    plan = None if name == LIBRARY else compiled(c, record.name, name, count, root, deadline,
-                                                 what, refused)
-    if refused is not None:
-        raise refused
+    try:
+        if c.check:
+            c.check_call(call, deadline, what)
+        try:        # out's checks: on a first call, agreed with the others (it writes out)
+            work, refused = record.prepare(x, out, c.rank, c.size, root, copy=not direct), None
+        except (ValueError, TypeError) as e:
+            work, refused = None, e
+        plan = None if name == LIBRARY else compiled(c, record.name, name, count, root,
+                                                     deadline, what, refused)
+        if refused is not None:
+            raise refused
+    except BaseException:       # before any message, as every rank learnt (agreed): the
+        if c.broken is None:    # call's number is left with no call, alike on every rank
+            c.recent[c.seq % notice.RECENT] = (1, None)
+        raise
     if direct:
         plan = plan.out_of_place()
     source = x.reshape(-1) if direct else None
@@ -132,8 +137,8 @@ def checked(record, x, op, comm, root):
         op = ops.resolve(op)
         ops.check(op, x.dtype)
     c = Comm.of(comm)
+    c.notice.receive(True)  # a peer's failure known already raises here
     c.check_usable()
-    c.notice.receive()      # a peer's failure known already raises here
     if record.rooted:
         check_root(root, c.size)
     record.check(x.shape, c.size)

@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from . import settings
 from .errors import MismatchError, PyarError, TimeoutError
-from .executors import notice, progress, shm
+from .executors import notice, progress
 from .executors.mpi import tag_bits
 from .topology import Topology
 
@@ -165,8 +165,6 @@ class Comm:
             self._free()
 
     def _free(self) -> None:
-        if self.broken is not None and (pool := shm.existing_pool(self.mpi)) is not None:
-            pool.abandoned = True       # out of step: its collective free could hang
         self._retire()
         for plan in self.plans.values():
             plan.free()
@@ -182,7 +180,7 @@ class Comm:
         TimeoutError naming ``what``)."""
         fingerprint = zlib.crc32(call.encode())
         votes = np.array([*oks, fingerprint, -fingerprint], np.int64)
-        request = self.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
         try:
             progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
                 f"{what or call}: waited {waited:.1f} s for the other ranks to agree on the "
@@ -200,7 +198,7 @@ class Comm:
         MPI_Iallreduce of four integers (and, on a mismatch, one MPI_Allgather)."""
         fingerprint = notice.fingerprint(call)
         votes = np.array([fingerprint, -fingerprint, self.seq, -self.seq], np.int64)
-        request = self.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
         try:
             progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
                 f"{what}: waited {waited:.1f} s for the other ranks to check the call "
@@ -213,7 +211,7 @@ class Comm:
             return
         mine = f"#{self.seq} {notice.describe(call)} at {notice.caller()}".encode()[:_WORDS]
         table = np.zeros((self.size, _WORDS), np.uint8)
-        self.mpi.Allgather(np.frombuffer(mine.ljust(_WORDS, b"\0"), np.uint8), table)
+        self.notice.mpi.Allgather(np.frombuffer(mine.ljust(_WORDS, b"\0"), np.uint8), table)
         said: dict = {}
         for rank, row in enumerate(table):
             said.setdefault(row.tobytes().rstrip(b"\0").decode(errors="replace"), []).append(rank)

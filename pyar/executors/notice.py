@@ -9,19 +9,21 @@ on it, each a few hundred bytes, never on a collective's hot path:
 - **failed**: a rank whose call failed after it began (a timeout, a
   mismatch, any error mid-way: :meth:`pyar.Comm.abandon`) calls
   :meth:`Notice.tell`, which posts to every other rank which rank failed,
-  which call (``"allreduce #17 on rank 3 (ring, 4 float32)"``), the error's
-  class and text. A rank learns of it at its next call on that communicator
-  that takes the full path, or, waiting anywhere in pyar, within a
-  millisecond: :func:`poll` is the slow path of the one wait
+  which call (``"allreduce #17 on rank 3 (ring, 4 float32)"``), its number,
+  the error's class and text. A rank waiting anywhere in pyar learns of it
+  within a millisecond: :func:`poll` is the slow path of the one wait
   (:func:`pyar.executors.progress.wait_for` calls it as ``on_stall`` every
   ``progress.STALL_POLL`` seconds once it yields its core) and tests every
-  Notice's pre-posted receive. It raises an error of the failed rank's class
-  (:class:`pyar.MismatchError`, :class:`pyar.TimeoutError`,
+  Notice's pre-posted receive; so does the start of every call that takes
+  the full path. The communicator is unusable from then on (its ranks are
+  out of step), and if this rank has reached the failed call there (it may
+  be waiting for the failed rank) the wait raises an error of the failed
+  rank's class (:class:`pyar.MismatchError`, :class:`pyar.TimeoutError`,
   :class:`pyar.ScheduleError`, else :class:`pyar.PyarError`) that reads
   ``"allreduce #17 on rank 0 stopped: rank 3 failed allreduce #17 on rank 3
-  (ring, 4 float32): MismatchError: ..."``; its ``failed_rank`` is 3. The
-  communicator is unusable from then on (its ranks are out of step); a rank
-  whose own call failed already ignores the notices of that communicator.
+  (ring, 4 float32): MismatchError: ..."``, its ``failed_rank`` 3;
+  otherwise its next call on that communicator raises it. A rank whose own
+  call there failed already ignores the notice.
 - **at**: a rank whose wait has stalled for :data:`STALL_SECONDS` posts, for
   each of its communicators once per call, its latest calls there (numbers,
   fingerprints, the calls in words: the :data:`RECENT` that ``Comm.recent``
@@ -33,8 +35,13 @@ on it, each a few hundred bytes, never on a collective's hot path:
   that skipped a call, or called collectives in another order, waits for
   messages that never come) at no cost until a wait has stalled.
 
-An error from a notice is raised in whichever wait the rank is in, on any
-communicator: its peers are most likely stuck behind the failed rank.
+The Notice's communicator also carries the Comm's agreements (a first call's,
+:meth:`pyar.Comm.agree`, and ``PYAR_CHECK``'s): one that a failed call
+leaves unmatched must not be on the collectives' own duplicate, whose shared
+window's collective free would then hang (MPICH).
+
+A mismatch found in a wait on one communicator from the reports of another
+is raised there all the same (both are out of step by then).
 ``listeners`` (functions ``listener(comm, message)``: the :class:`pyar.Comm`
 and the notice as a dict) are told of every notice sent or received (a
 flight recorder dumps there).
@@ -45,6 +52,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import sys
 import weakref
 import zlib
@@ -91,7 +99,7 @@ def guess(fingerprint_seen: int, call):
 def describe(call) -> str:
     """A call tuple ``(collective, op, dtype, count, root, algorithm)`` in words."""
     if call is None:
-        return "a collective on device buffers"
+        return "a call with no fingerprint (on device buffers, or refused on every rank)"
     collective, op, dtype, count, root, algorithm = call
     return (f"{collective}(op={op}, dtype={dtype}, count={count}, root={root}, "
             f"algorithm={algorithm})")
@@ -123,13 +131,16 @@ class Notice:
         self.sent: list = []        # (request, bytes) of notices posted, until complete
         self.reported = 0           # the owner's seq when it last sent an "at" notice
         self.peers: dict = {}       # rank -> its latest "at" notice
+        self.failure = None         # a peer's failure, for the owner's next call
         _LIVE.add(self)
 
     def tell(self, what: str, error: BaseException) -> None:
         """Tell every other rank that this rank's call ``what`` failed with ``error``."""
         if getattr(error, "failed_rank", None) is not None:
             return                  # it came from a notice: its rank told everyone already
+        number = re.search(r"#(\d+)", what)
         self._post({"kind": "failed", "rank": self.rank, "what": what,
+                    "seq": int(number[1]) if number else self.owner.seq,
                     "error": type(error).__name__, "text": str(error)})
 
     def report(self, where: str) -> None:
@@ -160,9 +171,13 @@ class Notice:
             if peer != self.rank and self.mpi != MPI.COMM_NULL:
                 self.sent.append((self.mpi.Isend([data, MPI.BYTE], peer, TAG), data))
 
-    def receive(self) -> None:
-        """Handle every notice that has arrived (raising a peer's failure, or a mismatch).
-        (Two tests: MPICH completes a receive that arrived meanwhile at the second.)"""
+    def receive(self, calling: bool = False) -> None:
+        """Handle every notice that has arrived: raise a peer's failure if the owner has
+        reached the failed call (else keep it, for the owner's next call: ``calling``, from
+        the start of a call), or a mismatch. (Two tests: MPICH completes a receive that
+        arrived meanwhile at the second.)"""
+        if calling and self.failure is not None:
+            raise self.failure
         while self.request and (self.request.Test(self.status) or
                                 self.request.Test(self.status)):
             n = self.status.Get_count(MPI.BYTE)
@@ -171,12 +186,12 @@ class Notice:
             for listener in listeners:
                 listener(self.owner, message)
             if message["kind"] == "failed":
-                self._failed(message)
+                self._failed(message, calling)
             elif self.owner is not None and self.owner.broken is None:
                 self.peers[message["rank"]] = message
                 self.compare(None)
 
-    def _failed(self, message: dict) -> None:
+    def _failed(self, message: dict, calling: bool) -> None:
         owner = self.owner
         if owner is not None and owner.broken is not None:
             return                  # this rank's own call failed already: it knows
@@ -189,18 +204,24 @@ class Notice:
         error = cls(f"{here}rank {message['rank']} failed {message['what']}: "
                     f"{message['error']}: {message['text']}")
         error.failed_rank = message["rank"]
-        if owner is not None:
-            owner.abandon(f"a peer's call (rank {message['rank']})", error)
+        if owner is None:
+            raise error
+        owner.abandon(f"a peer's call (rank {message['rank']})", error)
+        if owner.seq + calling < message["seq"]:
+            self.failure = error    # not there yet (it may be waiting on another Comm)
+            return
         raise error
 
     def compare(self, where) -> None:
-        """MismatchError if a peer reported a call of some number other than the owner's call
-        of that number (of those both remember); ``where``: the caller's line, if known."""
+        """MismatchError if a peer reported a call other than the owner's call of that number,
+        compared at the lower of the two ranks' latest numbers (earlier calls completed, or
+        failed on every rank); ``where``: the caller's line, if known."""
         seq = self.owner.seq
         odd: dict = {}          # number -> {rank: its call there, in words}
         for rank, message in self.peers.items():
-            for s, theirs, call in message["calls"]:
-                if seq - RECENT < s <= seq and self._mine(s)[0] != theirs:
+            for s, theirs, call in message["calls"]:    # the latest call of one of the two
+                if s == min(seq, message["seq"]) and seq - RECENT < s and \
+                        self._mine(s)[0] != theirs:
                     at = f" at {message['where']}" if s == message["seq"] else ""
                     odd.setdefault(s, {})[rank] = describe(call and tuple(call)) + at
         if not odd:

@@ -156,7 +156,6 @@ class Pool:
         mine = self.segments[self.node.Get_rank()]
         self.used = -mine.ctypes.data % _LINE   # counters never straddle a cache line
         self.carved: list[Channels] = []
-        self.abandoned = False      # its ranks are out of step: free() frees nothing
 
     def channels(self, spans, itemsize: int) -> Channels | None:
         """Carve mailboxes for the messages of ``spans`` (a plan's (where, sends, recvs) per
@@ -202,13 +201,11 @@ class Pool:
 
     def free(self) -> None:
         """Free the window and the node communicator (collective over the node); Residents
-        on its channels raise from now on. An :attr:`abandoned` pool's ranks are out of
-        step (a collective of theirs may be left unmatched, and the free would hang): its
-        memory stays until the process ends."""
+        on its channels raise from now on."""
         for carved in self.carved:
             carved.calls = None
         self.segments, self.carved = [], []
-        if not MPI.Is_finalized() and not self.abandoned:
+        if not MPI.Is_finalized():
             self.win.Unlock_all()
             self.win.Free()
             self.node.Free()
@@ -220,13 +217,6 @@ def _free_pool(comm, keyval, pool) -> None:
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_pool)     # a communicator's Pool
-
-
-def existing_pool(comm: MPI.Comm) -> Pool | None:
-    """The :class:`Pool` of ``comm`` if it has one already (never makes one)."""
-    if comm == MPI.COMM_NULL:
-        return None
-    return comm.Get_attr(_KEYVAL) or None
 
 
 def pool_of(comm: MPI.Comm) -> Pool | None:

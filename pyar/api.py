@@ -238,16 +238,16 @@ class _Repeat:
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
-                 "last", "bound", "target", "fingerprint", "active", "sig")
+                 "last", "bound", "target", "call", "entry", "sig")
 
     def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool, call,
                  sig=None):
         self.op, self.comm, self.c, self.plan = op, comm, c, plan
         self.sig = sig              # the call's fingerprint, for the flight recorder
         self.reduction, self.avg = reduction, avg
-        self.fingerprint = notice.fingerprint(call)     # (call: as calls.build made it)
-        self.active = (c, self.fingerprint, call)       # notice.ACTIVE's, at each call
-        self.resident = plan.resident(c.mpi, x.dtype, reduction, self.fingerprint)
+        self.call = call            # as calls.build made it; and Comm.recent's entry of it
+        self.entry = (notice.fingerprint(call), call)
+        self.resident = plan.resident(c.mpi, x.dtype, reduction, call)
         self.shaped = None if self.resident is None else self.resident.data.reshape(x.shape)
         self.last = self.bound = self.target = None
 
@@ -262,9 +262,10 @@ class _Repeat:
                 if out.shape != x.shape or out.dtype != x.dtype:
                     return None
                 out[...] = x
-            self.c.seq += 1
-            _active[0] = self.active
-            self.bound.run(deadline)
+            c = self.c
+            seq = c.seq = c.seq + 1
+            c.recent[seq % _RECENT] = self.entry
+            self.bound.run(deadline, seq)
             if self.avg:
                 ops.finalize(self.bound.data, Op.AVG, self.c.size)
             return out
@@ -277,9 +278,10 @@ class _Repeat:
                     return self._bind(out).run(x, out)
                 self.last = out
             shaped[...] = x
-            self.c.seq += 1
-            _active[0] = self.active
-            self.resident.run(deadline)
+            c = self.c
+            seq = c.seq = c.seq + 1
+            c.recent[seq % _RECENT] = self.entry
+            self.resident.run(deadline, seq)
             if self.avg:
                 ops.finalize(self.resident.data, Op.AVG, self.c.size)
             if out is None:
@@ -304,11 +306,10 @@ class _Repeat:
             result = out
         data = result.reshape(-1)
         c = self.c
-        _active[0] = self.active
         if result is x:
-            self.plan.run(c.mpi, c.next_tag(self.fingerprint), data, self.reduction)
+            self.plan.run(c.mpi, c.next_tag(self.entry), data, self.reduction)
         else:
-            self.plan.out_of_place().run(c.mpi, c.next_tag(self.fingerprint), data,
+            self.plan.out_of_place().run(c.mpi, c.next_tag(self.entry), data,
                                          self.reduction, x.reshape(-1))
         if self.avg:
             ops.finalize(data, Op.AVG, c.size)
@@ -319,7 +320,7 @@ class _Repeat:
         if self.bound is not None:
             self.bound.free()
         self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction,
-                                    self.fingerprint)
+                                    self.call)
         self.target, self.last = out, None
         return self
 
@@ -333,7 +334,7 @@ def _writable_like(out, x) -> bool:
 _repeats: dict = {}
 _REPEATS_KEPT = 256
 _overrides = tuner.overrides
-_active = notice.ACTIVE
+_RECENT = notice.RECENT
 _monotonic = time.monotonic
 _clock = recorder.clock
 _getframe = sys._getframe

@@ -40,25 +40,28 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
     reduction = None if op is None else op.reduction
     deadline = progress.deadline_of(timeout)
     call = (record.name, "-" if op is None else op.value, x.dtype.name, count, int(root), name)
-    fingerprint = notice.fingerprint(call)
-    tag = c.next_tag(fingerprint)
-    notice.ACTIVE[0] = c, fingerprint, call
+    tag = c.next_tag((notice.fingerprint(call), call))
     what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
     entry = None if c.recorder is None and progress.hook is None else recorder.enter(
         c.recorder, c.seq, (record.name, None if op is None else op.value, x.dtype.name,
                             x.size, x.shape, root, name), algorithm)
-    if c.check:
-        c.check_call(call, deadline, what)
     direct = (record.direct and name != LIBRARY and x.nbytes > RESIDENT_BYTES
               and x.flags.c_contiguous and buffers.apart(x, out))
-    try:            # out's checks: on a first call, agreed with the others (it writes out)
-        work, refused = record.prepare(x, out, c.rank, c.size, root, copy=not direct), None
-    except (ValueError, TypeError) as e:
-        work, refused = None, e
-    plan = None if name == LIBRARY else compiled(c, record.name, name, count, root, deadline,
-                                                 what, refused)
-    if refused is not None:
-        raise refused
+    try:
+        if c.check:
+            c.check_call(call, deadline, what)
+        try:        # out's checks: on a first call, agreed with the others (it writes out)
+            work, refused = record.prepare(x, out, c.rank, c.size, root, copy=not direct), None
+        except (ValueError, TypeError) as e:
+            work, refused = None, e
+        plan = None if name == LIBRARY else compiled(c, record.name, name, count, root,
+                                                     deadline, what, refused)
+        if refused is not None:
+            raise refused
+    except BaseException:       # before any message, as every rank learnt (agreed): the
+        if c.broken is None:    # call's number is left with no call, alike on every rank
+            c.recent[c.seq % notice.RECENT] = (1, None)
+        raise
     if direct:
         plan = plan.out_of_place()
     source = x.reshape(-1) if direct else None
@@ -85,7 +88,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                 if plan is None:
                     step.run(None, None, None, None)
                 else:
-                    plan.run(c.mpi, tag, work.data, reduction, source, fingerprint)
+                    plan.run(c.mpi, tag, work.data, reduction, source, call, c.seq)
             except BaseException as e:
                 failed(e)
                 raise
@@ -104,7 +107,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
         steps, ctx, done = [step], None, None
     else:
         steps, ctx, done, abandon = plan.execution(c.mpi, tag, work.data, reduction, source,
-                                                   not nonblocking, fingerprint)
+                                                   not nonblocking, call, c.seq)
     if done is not None:
         end = finish
 
@@ -140,6 +143,7 @@ def checked(record, x, op, comm, root):
         op = ops.resolve(op)
         ops.check(op, x.dtype)
     c = Comm.of(comm)
+    c.notice.receive(True)  # a peer's failure known already raises here
     c.check_usable()
     if record.rooted:
         check_root(root, c.size)

@@ -96,6 +96,7 @@ class Comm:
         self.topology = self._discover_topology()
         self.plans: dict = {}
         self.seq = 0                # collectives called on this Comm so far
+        self.recent = [(1, None)] * notice.RECENT  # [seq % RECENT]: (fingerprint, call) of each
         fp_bits, self._seq_bits = tag_bits(self.mpi)
         self._fp_mask, self._seqs = (1 << fp_bits) - 1, (1 << self._seq_bits) - 1
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
@@ -135,13 +136,15 @@ class Comm:
             base.Set_attr(_KEYVAL, found)
         return found
 
-    def next_tag(self, fingerprint: int = 0) -> int:
-        """Number the next collective on this Comm (:attr:`seq`); its tag: the call's
-        ``fingerprint`` (:func:`pyar.executors.notice.fingerprint`) and sequence number
-        (:func:`pyar.executors.mpi.tag_bits`), so that collectives in flight together have
-        tags of their own and a message of another call never matches."""
-        self.seq += 1
-        return (fingerprint & self._fp_mask) << self._seq_bits | 1 + self.seq % self._seqs
+    def next_tag(self, entry: tuple = (1, None)) -> int:
+        """Number the next collective on this Comm (:attr:`seq`) and remember its ``entry``,
+        ``(fingerprint, call)`` (:mod:`pyar.executors.notice`); its tag: the fingerprint
+        and the sequence number (:func:`pyar.executors.mpi.tag_bits`), so that collectives
+        in flight together have tags of their own and a message of another call never
+        matches."""
+        seq = self.seq = self.seq + 1
+        self.recent[seq % notice.RECENT] = entry
+        return (entry[0] & self._fp_mask) << self._seq_bits | 1 + seq % self._seqs
 
     def check_usable(self) -> None:
         """PyarError if a call on this Comm failed mid-way (its ranks are out of step)."""
@@ -181,7 +184,7 @@ class Comm:
         TimeoutError naming ``what``)."""
         fingerprint = zlib.crc32(call.encode())
         votes = np.array([*oks, fingerprint, -fingerprint], np.int64)
-        request = self.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
         try:
             progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
                 f"{what or call}: waited {waited:.1f} s for the other ranks to agree on the "
@@ -199,7 +202,7 @@ class Comm:
         MPI_Iallreduce of four integers (and, on a mismatch, one MPI_Allgather)."""
         fingerprint = notice.fingerprint(call)
         votes = np.array([fingerprint, -fingerprint, self.seq, -self.seq], np.int64)
-        request = self.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
         try:
             progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
                 f"{what}: waited {waited:.1f} s for the other ranks to check the call "
@@ -212,7 +215,7 @@ class Comm:
             return
         mine = f"#{self.seq} {notice.describe(call)} at {notice.caller()}".encode()[:_WORDS]
         table = np.zeros((self.size, _WORDS), np.uint8)
-        self.mpi.Allgather(np.frombuffer(mine.ljust(_WORDS, b"\0"), np.uint8), table)
+        self.notice.mpi.Allgather(np.frombuffer(mine.ljust(_WORDS, b"\0"), np.uint8), table)
         said: dict = {}
         for rank, row in enumerate(table):
             said.setdefault(row.tobytes().rstrip(b"\0").decode(errors="replace"), []).append(rank)

@@ -38,7 +38,7 @@ from mpi4py import MPI
 from ..errors import MismatchError, PyarError, ScheduleError, TimeoutError
 from ..kernels import bound_fold, folder
 from ..schedule import Schedule
-from . import progress, shm
+from . import notice, progress, shm
 
 DATA, SCRATCH, LANDING, SOURCE = 0, 1, 2, 3     # SOURCE: x, in an out-of-place variant
 _BUFFER = {"data": DATA, "scratch": SCRATCH}
@@ -105,10 +105,26 @@ def _complete(requests, statuses) -> None:
         progress.wait_for(partial(MPI.Request.Testall, requests, statuses), None, None)
 
 
-def _mismatch(where: str, peer: int) -> MismatchError:
-    return MismatchError(f"{where}: the message from rank {peer} is of another call (its "
-                         f"fingerprint differs: the ranks called with different collectives, "
-                         f"ops, dtypes, counts, roots or algorithms)")
+def _mark(fingerprint: int, seq: int) -> int:
+    """A mailbox slot's mark: the call's fingerprint and (31 bits of) its sequence number."""
+    return fingerprint | (seq & 0x7FFFFFFF) << 32
+
+
+def _mismatch(where: str, peer: int, theirs: int, mine: int, call) -> MismatchError:
+    """The error of a message whose mark (``theirs``) is not this call's (``mine``, of the
+    tuple ``call``): both calls in words where the peer's differs only in op or dtype."""
+    seq, seen = mine >> 32, theirs >> 32
+    if theirs & 0xFFFFFFFF == mine & 0xFFFFFFFF:
+        said = (f"rank {peer}'s call #{seen}, this rank's #{seq}, both "
+                f"{notice.describe(call)}: a rank skipped a call, or called another "
+                f"collective in between")
+    else:
+        other = None if call is None else notice.guess(theirs & 0xFFFFFFFF, call)
+        said = (f"rank {peer} called {notice.describe(other)} as #{seen}, this rank "
+                f"{notice.describe(call)} as #{seq}" if other is not None else
+                f"its fingerprint differs: the ranks called with different collectives, ops, "
+                f"dtypes, counts, roots or algorithms")
+    return MismatchError(f"{where}: the message from rank {peer} is of another call ({said})")
 
 
 def _check_size(status: MPI.Status, view, peer: int, where: str):
@@ -368,19 +384,18 @@ class Plan:
                                             np.empty(self.landing_count, dtype))
         return found
 
-    def resident(self, comm: MPI.Comm, dtype: np.dtype, reduction: str | None,
-                 fingerprint: int = 0):
-        """The :class:`Resident` of this plan for ``dtype``, ``reduction`` and the calls of
-        ``fingerprint`` if its buffer is at most :data:`RESIDENT_BYTES` (every rank decides
-        alike), else None. Made on the first call with them, which every rank makes:
-        collective."""
-        key = (dtype, reduction, fingerprint)
+    def resident(self, comm: MPI.Comm, dtype: np.dtype, reduction: str | None, call=None):
+        """The :class:`Resident` of this plan for ``dtype``, ``reduction`` and the calls
+        ``call`` (a tuple: :func:`.notice.fingerprint`) if its buffer is at most
+        :data:`RESIDENT_BYTES` (every rank decides alike), else None. Made on the first call
+        with them, which every rank makes: collective."""
+        key = (dtype, reduction, call)
         found = self._residents.get(key)
         if found is None and key not in self._residents:
             small = self.count * dtype.itemsize <= RESIDENT_BYTES and not self.source
             found = self._residents[key] = (
                 Resident(self, comm, dtype, reduction, None, self._mailboxes(comm, dtype),
-                         fingerprint)
+                         call)
                 if small else None)
         return found
 
@@ -393,7 +408,7 @@ class Plan:
         return self._channels[size]
 
     def bind(self, comm: MPI.Comm, data: np.ndarray, reduction: str | None,
-             fingerprint: int = 0) -> Resident:
+             call=None) -> Resident:
         """A :class:`Resident` running in ``data`` itself (1-D, contiguous, ``count`` elements,
         kept alive by it), freed with this plan at the latest; after a call of :meth:`run`
         with its dtype and ``reduction`` (not collective itself)."""
@@ -401,7 +416,7 @@ class Plan:
             raise RuntimeError("Plan.bind: run the plan once with this dtype first (its "
                                "mailboxes are set up then, collectively)")
         resident = Resident(self, comm, data.dtype, reduction, data,
-                            self._channels[data.dtype.itemsize], fingerprint)
+                            self._channels[data.dtype.itemsize], call)
         self._bound.add(resident)
         return resident
 
@@ -420,17 +435,17 @@ class Plan:
         return fold
 
     def run(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None,
-            source: np.ndarray | None = None, fingerprint: int = 0) -> None:
+            source: np.ndarray | None = None, call=None, seq: int = 0) -> None:
         """Run the steps on ``data`` (1-D, contiguous, ``schedule.count`` elements), folding
         with ``reduction`` (``"sum" "prod" "max" "min"``; None if nothing folds), each on
         its lean blocking path. The out-of-place variant takes x as ``source`` (like data,
-        not overlapping it) and leaves x's contents there untouched. ``fingerprint``: the
-        call's (for a Resident; ``tag`` carries it otherwise)."""
+        not overlapping it) and leaves x's contents there untouched. ``call``, ``seq``: the
+        call's tuple and number (for a Resident; ``tag`` carries them otherwise)."""
         dtype = data.dtype
-        resident = self.resident(comm, dtype, reduction, fingerprint)
+        resident = self.resident(comm, dtype, reduction, call)
         if resident is not None:
             resident.data[...] = data
-            resident.run()
+            resident.run(None, seq)
             data[...] = resident.data
             return
         bufs = (data, *self.buffers(dtype), source)
@@ -440,7 +455,7 @@ class Plan:
 
     def execution(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None,
                   source: np.ndarray | None = None, alone: bool = True,
-                  fingerprint: int = 0):
+                  call=None, seq: int = 0):
         """(steps, ctx, done, abandon) of one call on ``data`` as :class:`~.progress.Run`
         drives them (arguments as for :meth:`run`); ``done()`` ends it, ``abandon()`` is
         for a call that failed (either may be None). ``alone``: no other call of
@@ -449,10 +464,10 @@ class Plan:
         the general path with buffers of its own (kept for later requests when it ends)."""
         dtype = data.dtype
         if alone:
-            resident = self.resident(comm, dtype, reduction, fingerprint)
+            resident = self.resident(comm, dtype, reduction, call)
             if resident is not None:
                 resident.data[...] = data
-                steps, ctx, end = resident.execution()
+                steps, ctx, end = resident.execution(seq)
 
                 def done():
                     end()
@@ -482,10 +497,10 @@ class _Call:
     """A Resident call in flight: its number, the channels' memory barrier, and how far the
     current step has got (puts copied out, requests complete)."""
 
-    __slots__ = ("call", "half", "sync", "put", "complete", "channels")
+    __slots__ = ("call", "half", "sync", "put", "complete", "channels", "mark")
 
-    def __init__(self, call, channels):
-        self.call, self.half, self.channels = call, call & 1, channels
+    def __init__(self, call, channels, mark=0):
+        self.call, self.half, self.channels, self.mark = call, call & 1, channels, mark
         self.sync = None if channels is None else channels.sync
         self.put, self.complete = 0, []
 
@@ -502,20 +517,19 @@ class _ResidentStep:
     """
 
     __slots__ = ("where", "requests", "statuses", "checks", "finishes", "puts", "boxes",
-                 "peers", "mark")
+                 "peers", "call")
 
-    def __init__(self, where, requests, peers, received, finishes, puts, boxes, mark):
+    def __init__(self, where, requests, peers, received, finishes, puts, boxes, call):
         self.where, self.requests, self.peers, self.finishes = where, requests, peers, finishes
         self.puts, self.boxes = puts, boxes     # (box, k, copies, marks), (box, k, marks)
-        self.mark = mark                        # the call's fingerprint, in every slot sent
+        self.call = call
         self.statuses = [MPI.Status() if i < len(received) else None
                          for i in range(len(requests))]
         self.checks = [(self.statuses[i], view.nbytes, view, peer)
                        for i, view, peer in received]
 
-    def run(self, call, half, sync, deadline=None):
+    def run(self, call, half, sync, deadline, mark):
         if self.puts:
-            mark = self.mark
             for box, k, copies, marks in self.puts:     # the slot's message of two calls
                 if box.room <= (call - 2) * box.m + k:  # back taken?
                     box.room = shm.await_count(box.taken, (call - 2) * box.m + k + 1,
@@ -544,7 +558,7 @@ class _ResidentStep:
                     shm.await_count(box.posted, call * box.m + k + 1, deadline, self.where,
                                     box.peer)
             sync()
-            self._check_marks(half)
+            self._check_marks(half, mark)
         for finish in self.finishes:
             finish[half]()
         if self.boxes:
@@ -552,12 +566,12 @@ class _ResidentStep:
             for box, k, _ in self.boxes:
                 box.taken[0] = call * box.m + k + 1
 
-    def _check_marks(self, half: int) -> None:
-        """MismatchError if a message in the mailboxes is of another call than this one."""
-        mark = self.mark
+    def _check_marks(self, half: int, mark: int) -> None:
+        """MismatchError if a message in the mailboxes is of another call than this one (its
+        ``mark``: :func:`_mark`)."""
         for box, k, marks in self.boxes:
             if marks[half][0] != mark:
-                raise _mismatch(self.where, box.peer)
+                raise _mismatch(self.where, box.peer, marks[half][0], mark, self.call)
 
     def start(self, ctx: _Call) -> None:
         ctx.put, ctx.complete = 0, [False] * len(self.requests)
@@ -575,7 +589,7 @@ class _ResidentStep:
                 if box.room <= (call - 2) * box.m + k:
                     break
             copies[ctx.half]()
-            marks[ctx.half][0] = self.mark
+            marks[ctx.half][0] = ctx.mark
             ctx.put += 1
         if ctx.put > first:
             ctx.sync()
@@ -602,7 +616,7 @@ class _ResidentStep:
         half = ctx.half
         if self.boxes:
             ctx.sync()
-            self._check_marks(half)
+            self._check_marks(half, ctx.mark)
         for finish in self.finishes:
             finish[half]()
         if self.boxes:
@@ -628,9 +642,9 @@ class Resident:
     A step copies its mailbox sends out, starts its requests, waits for them
     and for its mailbox receives, checks the size of what came through MPI,
     then folds and copies in the schedule's order, straight from the
-    mailboxes. ``fingerprint`` is that of the calls it runs (collective, op,
-    dtype, count, root, algorithm: :func:`.notice.fingerprint`): every mailbox
-    slot sent carries it, and a receiver that finds another raises
+    mailboxes. ``call`` is the tuple of the calls it runs (collective, op,
+    dtype, count, root, algorithm): every mailbox slot sent carries its
+    fingerprint (:func:`.notice.fingerprint`), and a receiver that finds another raises
     MismatchError; all persistent requests use its tag (:func:`resident_tag`),
     which a message of another call never matches (the stall is diagnosed by
     :mod:`.notice`). A plan is resident by its size alone, the same on every
@@ -641,7 +655,7 @@ class Resident:
 
     def __init__(self, plan: Plan, comm: MPI.Comm, dtype: np.dtype, reduction: str | None,
                  data: np.ndarray | None = None, channels: shm.Channels | None = None,
-                 fingerprint: int = 0):
+                 call=None):
         self.data = np.empty(plan.count, dtype) if data is None else data
         self.channels = channels
         bufs = (self.data, np.empty(plan.scratch_count, dtype),
@@ -649,7 +663,7 @@ class Resident:
         out = {} if channels is None else channels.out
         into = {} if channels is None else channels.into
         sent, taken = dict.fromkeys(out, 0), dict.fromkeys(into, 0)    # messages so far a call
-        tag = resident_tag(comm, fingerprint)
+        tag = resident_tag(comm, notice.fingerprint(call))
 
         self.steps = []
         for where, sends, recvs in plan.spans:
@@ -686,13 +700,15 @@ class Resident:
                 puts.append((box, k, tuple(_copier(v, view) for v in box.halves(k, dtype)),
                              box.marks[k]))
             self.steps.append(_ResidentStep(where, requests, peers, received, finishes, puts,
-                                             boxes, fingerprint))
+                                             boxes, call))
+        self.fingerprint = notice.fingerprint(call)
         _LIVE.add(self)
 
-    def run(self, deadline=None) -> None:
-        """One call: every step on ``data`` (the caller fills it and reads the result), each
-        on its lean path (see :class:`_ResidentStep`), every wait bounded by ``deadline``
-        (a ``time.monotonic()`` value) if given. (Flat: the hot path of small calls.)"""
+    def run(self, deadline=None, seq: int = 0) -> None:
+        """One call, number ``seq`` on its communicator: every step on ``data`` (the caller
+        fills it and reads the result), each on its lean path (see :class:`_ResidentStep`),
+        every wait bounded by ``deadline`` (a ``time.monotonic()`` value) if given. (Flat:
+        the hot path of small calls.)"""
         channels, steps = self.channels, self.steps
         call = 0 if channels is None else channels.calls
         if call is None or steps is None:
@@ -700,22 +716,23 @@ class Resident:
         try:
             if channels is None:
                 for step in steps:
-                    step.run(0, 0, None, deadline)
+                    step.run(0, 0, None, deadline, 0)
             else:
                 half, sync = call & 1, channels.sync
+                mark = self.fingerprint | (seq & 0x7FFFFFFF) << 32     # (_mark, inline)
                 for step in steps:
-                    step.run(call, half, sync, deadline)
+                    step.run(call, half, sync, deadline, mark)
         except BaseException:
             self.interrupted()
             raise
         if channels is not None:
             channels.calls = call + 1
 
-    def execution(self):
-        """(steps, ctx, done) of one call as :class:`~.progress.Run` drives them: ``done()``
-        ends the call (the caller fills ``data`` before and reads it after)."""
+    def execution(self, seq: int = 0):
+        """(steps, ctx, done) of call number ``seq`` as :class:`~.progress.Run` drives them:
+        ``done()`` ends the call (the caller fills ``data`` before and reads it after)."""
         call = self._begin()
-        ctx = _Call(call, self.channels)
+        ctx = _Call(call, self.channels, _mark(self.fingerprint, seq))
         return self.steps, ctx, lambda: self._end(call)
 
     def _begin(self) -> int:

@@ -145,7 +145,10 @@ def failed(entry: list | None, error: BaseException, why: str = "error") -> None
         entry[STATE] = state_of(error)
     if isinstance(error, PyarError) and not getattr(error, "_pyar_dumped", False):
         error._pyar_dumped = True
-        verdict = _verdict(entry[STATE] if entry is not None else None)
+        try:
+            verdict = _verdict(entry)
+        except Exception:           # (a verdict must never hide the error itself)
+            verdict = ""
         path = dump(type(error).__name__, error)
         told = (f"; {verdict}" if verdict else "") + \
             (f" [flight record: {path}; pyar doctor {path.parent}]" if path else "")
@@ -153,27 +156,29 @@ def failed(entry: list | None, error: BaseException, why: str = "error") -> None
             error.args = (error.args[0] + told,)
 
 
-def _verdict(state) -> str:
+def _verdict(entry) -> str:
     """The short verdict a failed wait can know by itself: where each rank it waited for is
     stuck (the peers' stall reports, :mod:`pyar.executors.notice`), or that it is not."""
+    state = None if entry is None else entry[STATE]
     if not state or not state.get("peers") or "stopped_by" in state:
         return ""
-    from .executors import notice
-
-    comm = notice.ACTIVE[0][0]
+    comm = next((r().comm() for r in _live if r() is not None and entry in r().calls), None)
     seen = getattr(getattr(comm, "notice", None), "peers", None)
     if seen is None:
         return ""
-    words, seq = [], comm.seq
+    from .executors import notice
+
+    words = []
     for peer in state["peers"]:
         m = seen.get(peer)
-        if m is None or m["seq"] < seq:
+        if m is None or m["seq"] < entry[SEQ]:
             since = "" if m is None else f" since call #{m['seq']}"
             words.append(f"rank {peer} has not been stuck in pyar{since} (busy elsewhere, "
                          f"exited or killed?)")
         else:
-            words.append(f"rank {peer} is waiting in call #{m['seq']} "
-                         f"({notice.describe(m['call'])}) at {m['where']}")
+            last = m["calls"][-1] if m.get("calls") else None
+            what = f" ({notice.describe(last[2])})" if last and last[2] else ""
+            words.append(f"rank {peer} is waiting in call #{m['seq']}{what} at {m['where']}")
     return "; ".join(words)
 
 

@@ -9,7 +9,9 @@ bucket is packed and its average launched (``pyar.iallreduce(op="avg")``, or
 the phases of a compression transform, :mod:`pyar.compression`), so the
 communication overlaps the rest of backward (with a progress thread,
 ``pyar.Progress()`` or ``PYAR_PROGRESS_THREAD=1``, it advances while the
-caller computes). ``wait()`` completes every bucket and writes the averages
+caller computes; a transform's later phases, e.g. int8's allgather, start in
+``wait()``, bucket by bucket, so that every rank starts them in the same
+order). ``wait()`` completes every bucket and writes the averages
 back into the arrays. With ``views=True`` the buckets own the memory:
 ``buckets.grads[i]`` is a view into its flat bucket that backward should write,
 and nothing is packed or unpacked.
@@ -140,9 +142,6 @@ class GradientBuckets:
         self._pending[b] -= 1
         if self._pending[b] == 0:
             self._launch_ready()
-        for flight in self._flights:      # advance the phases of compressions
-            if flight is not None:
-                flight.poll()
 
     def wait(self) -> None:
         """Complete every bucket of this step and write the averages into the gradients."""
@@ -216,7 +215,10 @@ def _average(flat, comm, timeout):
 
 
 class _Flight:
-    """A bucket's collectives in flight: a transform's generator, driven request by request."""
+    """A bucket's collectives in flight: a transform's generator, driven request by request.
+    Its later phases start only in :meth:`GradientBuckets.wait`, bucket by bucket: started as
+    earlier ones happened to complete, they would start in different orders on different
+    ranks, and pyar's collectives must be called in one order everywhere."""
 
     __slots__ = ("gen", "request", "result", "done")
 
@@ -229,10 +231,6 @@ class _Flight:
             self.request = next(self.gen) if first else self.gen.send(value)
         except StopIteration as stop:
             self.done, self.result, self.request = True, stop.value, None
-
-    def poll(self) -> None:
-        while not self.done and self.request.test():
-            self._next(self.request.result)
 
     def wait(self):
         while not self.done:

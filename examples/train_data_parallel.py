@@ -151,46 +151,68 @@ def compare(comm, steps, plot):
         print(f"# plot: {plot}")
 
 
-def timing(comm, widths, compute, steps):
-    """ms per step with and without overlap, the slowest rank's median."""
+def timing(comm, widths, compute, steps, compression=None):
+    """ms per step with and without overlap (the slowest rank's medians). A step is backward's
+    layers, last first, each ``compute`` seconds of GIL-free work (the gradients themselves
+    are computed once, before: only the communication and its overlap are timed)."""
     c = pyar.Comm.of(comm)
     params = init(widths)
     buckets = pyar.GradientBuckets([np.zeros_like(p) for p in params], comm=c,
-                                   bucket_cap_mb=4, views=True)
+                                   bucket_cap_mb=4, views=True, compression=compression)
     x, y = data(0, widths, 32)
     acts = forward(params, x)
-    _, dlogits = loss_of(acts[-1], y)
+    backward(params, acts, loss_of(acts[-1], y)[1], buckets.grads)
+    layers = list(reversed(range(len(params) // 2)))
 
-    def without():
-        backward(params, acts, dlogits, buckets.grads, None, compute)
+    def work(ready):
+        for layer in layers:
+            time.sleep(compute)
+            if ready is not None:
+                ready(2 * layer + 1)
+                ready(2 * layer)
+
+    def communication():
         for i in range(len(params)):
             buckets.ready(i)
         buckets.wait()
 
+    def after():
+        work(None)
+        communication()
+
     def overlapped():
-        backward(params, acts, dlogits, buckets.grads, buckets.ready, compute)
+        work(buckets.ready)
         buckets.wait()
 
-    def compute_only():
-        backward(params, acts, dlogits, buckets.grads, None, compute)
+    def threaded():
+        with pyar.Progress():
+            overlapped()
 
-    seconds = {"compute only": [], "no overlap": [], "overlap": []}
-    with pyar.Progress():
-        for repeat in range(steps + 2):
-            for name, step in zip(seconds, (compute_only, without, overlapped)):
-                comm.Barrier()
-                start = time.perf_counter()
-                step()
-                took = np.array([time.perf_counter() - start])
-                comm.Allreduce(MPI.IN_PLACE, took, MPI.MAX)
-                if repeat >= 2:                 # two warm-up rounds
-                    seconds[name].append(took[0])
+    variants = {"compute only": lambda: work(None), "communication": communication,
+                "no overlap": after, "overlap, no thread": overlapped,
+                "overlap, progress thread": threaded}
+    seconds = {name: [] for name in variants}
+    for repeat in range(steps + 2):
+        for name, step in variants.items():
+            comm.Barrier()
+            start = time.perf_counter()
+            step()
+            took = np.array([time.perf_counter() - start])
+            comm.Allreduce(MPI.IN_PLACE, took, MPI.MAX)
+            if repeat >= 2:                 # two warm-up rounds
+                seconds[name].append(took[0])
     if c.rank == 0:
-        print(f"# {c.size} ranks; layers {widths}; {len(buckets)} buckets, "
-              f"{sum(f.nbytes for f in buckets.flat)} B of float32 gradients; {compute * 1e3:g} "
-              f"ms of GIL-free work per layer; medians of {steps} steps, the slowest rank's")
-        for name, values in seconds.items():
-            print(f"  {name:<14}{np.median(values) * 1e3:>9.2f} ms/step")
+        print(f"# {c.size} ranks; layers {widths}: {len(buckets)} buckets "
+              f"({', '.join(str(f.nbytes) for f in buckets.flat)} B of float32); "
+              f"{compute * 1e3:g} ms of GIL-free work per layer; compression "
+              f"{buckets.transform}, {buckets.bytes_per_step} B sent per step; medians of "
+              f"{steps} steps, the slowest rank's")
+        median = {name: float(np.median(v)) for name, v in seconds.items()}
+        for name, value in median.items():
+            hidden = "" if name in ("compute only", "communication") else \
+                f"  hides {(median['no overlap'] - value) / median['communication']:.0%}" \
+                " of the communication"
+            print(f"  {name:<26}{value * 1e3:>9.2f} ms/step{hidden}")
 
 
 def main():
@@ -200,10 +222,11 @@ def main():
     parser.add_argument("--timing", action="store_true")
     parser.add_argument("--compute", type=float, default=5.0, help="ms per layer (--timing)")
     parser.add_argument("--width", type=int, default=1024, help="hidden width (--timing)")
+    parser.add_argument("--compression", default=None, help="for --timing: fp16, int8, ...")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     if args.timing:
-        timing(comm, (args.width,) * 5 + (8,), args.compute / 1e3, args.steps)
+        timing(comm, (args.width,) * 5 + (8,), args.compute / 1e3, args.steps, args.compression)
     else:
         compare(comm, args.steps, args.plot)
 

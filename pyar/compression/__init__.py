@@ -67,17 +67,19 @@ class Transform:
     def reduce(self, g: np.ndarray, state: State, comm: Comm, timeout=None):
         """Generator: yields requests, is sent their results, returns the average of every
         rank's contribution (float32, g's size). With error feedback, updates the residual."""
-        p = g.astype(np.float32, copy=True).reshape(-1)
-        if state.residual is not None:
-            p += state.residual
-        payload, decoded = self.contribution(p, comm.size)
-        if state.residual is not None:
+        p = g.reshape(-1).astype(np.float32, copy=False)
+        feedback = state.residual is not None
+        if feedback:
+            p = p + state.residual
+        payload, decoded = self.contribution(p, comm.size, feedback)
+        if feedback:
             np.subtract(p, decoded, out=state.residual)
         return (yield from self.exchange(payload, p.size, comm, timeout))
 
-    def contribution(self, p: np.ndarray, size: int):
-        """(payload, decoded): what this rank puts in the collectives for ``p``, and what the
-        ranks make of it (float32, p's size) in the average's sum."""
+    def contribution(self, p: np.ndarray, size: int, decode: bool = True):
+        """(payload, decoded): what this rank puts in the collectives for ``p`` (which it must
+        not modify), and what the ranks make of it (float32, p's size) in the average's sum
+        (None unless ``decode``)."""
         raise NotImplementedError
 
     def exchange(self, payload, count: int, comm: Comm, timeout):

@@ -7,7 +7,8 @@ cast back to float32. Bytes sent per rank: those of a half-type allreduce of
 n elements, half of float32's. Error of one rank's contribution: one rounding,
 ``|d - p| <= 2**-11 |p|`` for float16 in its normal range (``2**-8`` for
 bfloat16); the sum adds a rounding per fold. No error feedback by default
-(``Cast("fp16", error_feedback=True)`` keeps the rounding residual).
+(``Cast("fp16", error_feedback=True)`` keeps the rounding residual). An
+average beyond float16's range (65504) becomes inf, as in torch's hook.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ class Cast(Transform):
         self.name, self.dtype, self.error_feedback = name, DTYPES[name], bool(error_feedback)
         self.eps = EPS[name]
 
-    def contribution(self, p, size):
+    def contribution(self, p, size, decode=True):
         payload = (p / np.float32(size)).astype(self.dtype)
-        return payload, payload.astype(np.float32) * np.float32(size)
+        return payload, payload.astype(np.float32) * np.float32(size) if decode else None
 
     def exchange(self, payload, count, comm, timeout):
         total = yield api.iallreduce(payload, payload, op="sum", comm=comm, timeout=timeout)

@@ -51,12 +51,12 @@ class Int8(Transform):
         per = -(-count // size)
         return max(CHUNK, -(-per // CHUNK) * CHUNK)
 
-    def contribution(self, p, size):
+    def contribution(self, p, size, decode=True):
         b = self._block(p.size, size)
         padded = np.zeros(b * size, np.float32)
         padded[:p.size] = p
         q, scales = quantize(padded)
-        return _pack(q, scales, size), dequantize(q, scales)[:p.size]
+        return _pack(q, scales, size), dequantize(q, scales)[:p.size] if decode else None
 
     def exchange(self, payload, count, comm, timeout):
         size = comm.size

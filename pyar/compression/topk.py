@@ -38,13 +38,15 @@ class TopK(Transform):
     def k(self, count: int) -> int:
         return min(count, max(1, math.ceil(self.ratio * count)))
 
-    def contribution(self, p, size):
+    def contribution(self, p, size, decode=True):
         if p.size >= 2 ** 31:
             raise ValueError(f"topk: a bucket of {p.size} elements is too large for int32 "
                              f"indices; use a smaller bucket_cap_mb")
         k = self.k(p.size)
         index = np.sort(np.argpartition(np.abs(p), p.size - k)[p.size - k:]).astype(np.int32)
         payload = np.concatenate([index, p[index].view(np.int32)])
+        if not decode:
+            return payload, None
         decoded = np.zeros_like(p)
         decoded[index] = p[index]
         return payload, decoded

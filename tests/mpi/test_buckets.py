@@ -19,6 +19,7 @@ from checks import agree
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train_data_parallel.py"
 DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16]
+HALF_EPS = {np.dtype(np.float16): 2.0 ** -11, np.dtype(ml_dtypes.bfloat16): 2.0 ** -8}
 
 
 def example():
@@ -48,7 +49,7 @@ layouts = st.lists(st.tuples(st.lists(st.integers(1, 6), max_size=3).map(tuple),
                              st.sampled_from(DTYPES)), min_size=1, max_size=8)
 
 
-@settings(max_examples=25)
+@settings(max_examples=12)
 @given(layouts, st.sampled_from([1e-5, 2e-4, 25]), st.booleans(), st.integers(0, 2 ** 16))
 def test_averages_of_mixed_shapes_and_dtypes_in_any_ready_order(comm, layout, cap, views,
                                                                   seed):
@@ -61,7 +62,8 @@ def test_averages_of_mixed_shapes_and_dtypes_in_any_ready_order(comm, layout, ca
     every = [gradients(layout, r) for r in range(comm.size)]
     for j, (out, (shape, dtype)) in enumerate(zip(b.grads, layout)):
         expect = np.mean([np.asarray(e[j], np.float64) for e in every], axis=0)
-        tol = 4e-3 if np.dtype(dtype).itemsize == 2 else 1e-6
+        # half types round after each of the N - 1 folds (pyar folds them in float32)
+        tol = HALF_EPS[np.dtype(dtype)] * comm.size if np.dtype(dtype) in HALF_EPS else 1e-6
         agree(comm, out.shape == tuple(shape) and out.dtype == dtype and
               np.allclose(np.asarray(out, np.float64), expect, rtol=tol), f"gradient {j}")
     same_everywhere(comm, b.grads, "bucketed averages")

@@ -193,3 +193,20 @@ def test_an_unused_gradient_raises_there_and_hangs_no_one(comm):
         b.ready(i)
     b.wait()
     agree(comm, np.allclose(grads[1], 1.0))
+
+
+def test_compressed_training_stays_within_the_stated_margins(comm):
+    """The README's claims, on fewer steps: fp16, bf16 and int8 end within 1% of uncompressed
+    training's held-out loss, top-k 1% with error feedback within 10%, and top-k without it
+    visibly worse (over 10% above the one with it). At 2 and 3 ranks only: 360 steps of
+    training take ~15 s on 2 ranks here, 46 s on 8."""
+    if comm.size not in (2, 3):
+        pytest.skip("runs at 2 and 3 ranks")
+    ex = example()
+    final = {name: ex.train(comm, spec, steps=60, batch=8 * comm.size)[1][-1][1]
+             for name, spec in ex.VARIANTS}
+    none = final["none"]
+    ok = all(abs(final[n] / none - 1) < 0.01 for n in ("fp16", "bf16", "int8")) and \
+        abs(final["topk 1% + EF"] / none - 1) < 0.1 and \
+        final["topk 1%, no EF"] > 1.1 * final["topk 1% + EF"]
+    agree(comm, ok, f"final losses {final}")

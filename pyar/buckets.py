@@ -183,9 +183,9 @@ class GradientBuckets:
             for i in self.members[b]:
                 self._views[i][...] = self.grads[i]
         if self.transform is None:
-            flight = _Flight(_average(flat, self.comm, self.timeout))
+            flight = Flight(average(flat, self.comm, self.timeout))
         else:
-            flight = _Flight(self.transform.reduce(flat, self.states[b], self.comm,
+            flight = Flight(self.transform.reduce(flat, self.states[b], self.comm,
                                                    self.timeout))
         self._flights[b] = flight
         self.bytes_sent += self.wire_bytes[b]
@@ -209,12 +209,12 @@ class GradientBuckets:
                 f"{every[0][0]}; here, rank {self.comm.rank}: {len(arrays)})")
 
 
-def _average(flat, comm, timeout):
+def average(flat, comm, timeout):
     yield api.iallreduce(flat, flat, op="avg", comm=comm, timeout=timeout)
     return None                           # in place: nothing to copy
 
 
-class _Flight:
+class Flight:
     """A bucket's collectives in flight: a transform's generator, driven request by request.
     Its later phases start only in :meth:`GradientBuckets.wait`, bucket by bucket: started as
     earlier ones happened to complete, they would start in different orders on different

@@ -18,16 +18,21 @@ DDP still needs a process group for its set-up (a gloo one will do: it
 broadcasts the parameters and checks their shapes across ranks when it is
 made); with the hook and ``broadcast_buffers=False`` no gradient goes through
 it (``tests/mpi/test_torch.py`` checks that its sequence number stays put).
-The hook runs the bucket's average blocking, on autograd's thread, and
-returns a completed future: the overlap is DDP's (the later buckets' backward
-waits for it), not pyar's progress thread.
+With a progress thread (``pyar.Progress()``) the hook only launches the
+average (one-phase transforms) and returns a future that a helper thread
+completes, so backward goes on meanwhile; otherwise it averages blocking, on
+autograd's thread, and returns a completed future.
 """
+
+import threading
+import time
 
 import ml_dtypes
 import numpy as np
 import torch
 
 from . import calls, compression as _compression, device
+from .buckets import average, Flight
 from .comm import Comm
 from .executors import progress
 
@@ -102,31 +107,71 @@ class HookState:
 
 def comm_hook(state, bucket) -> torch.futures.Future[torch.Tensor]:
     """Average a DDP bucket over the ranks with pyar (``state``: a :class:`HookState`, or None
-    for COMM_WORLD, no compression); a completed future of the bucket's flat tensor."""
+    for COMM_WORLD, no compression); a future of the bucket's flat tensor.
+
+    With a progress thread running (``pyar.Progress()``, ``PYAR_PROGRESS_THREAD=1``) and a
+    one-phase transform (none, fp16, bf16, top-k), the average is launched and the future
+    completed by a helper thread once the progress thread has finished it, so backward goes
+    on meanwhile; otherwise the average runs here, blocking, and the future is complete."""
     if state is None:
         state = _default()
     buffer = bucket.buffer()
     a = as_array(buffer)
-    c = state.comm
-    if state.transform is None:
-        from . import api
-        api.allreduce(a, a, op="avg", comm=c, timeout=state.timeout)
+    c, t = state.comm, state.transform
+    if t is None:
+        flight = Flight(average(a, c, state.timeout))
         state.bytes_sent += _compression.sent_bytes("allreduce", a.size, a.dtype, c)
     else:
-        t = state.transform
-        gen = t.reduce(a, state.state(bucket.index(), a.size), c, state.timeout)
-        try:
-            request = next(gen)
-            while True:
-                request = gen.send(request.wait())
-        except StopIteration as stop:
-            a[...] = stop.value
+        flight = Flight(t.reduce(a, state.state(bucket.index(), a.size), c, state.timeout))
         state.bytes_sent += t.wire_bytes(a.size, c)
     future = torch.futures.Future()
-    future.set_result(buffer)
+    if progress.thread is not None and (t is None or t.phases == 1):
+        _completer.add(flight, future, buffer, a)
+    else:
+        _finish(flight, future, buffer, a)
     return future
 
 
+def _finish(flight, future, buffer, a) -> None:
+    try:
+        result = flight.wait()
+        if result is not None:
+            a[...] = result
+    except BaseException as e:      # (DDP raises it from its wait on the future)
+        future.set_exception(e)
+        return
+    future.set_result(buffer)
+
+
+class _Completer:
+    """A daemon thread completing the futures of hooks whose averages the progress thread
+    advances (it only looks at whether a request is done, then finishes it)."""
+
+    def __init__(self):
+        self.pending, self.wake, self.thread = [], threading.Event(), None
+
+    def add(self, *item) -> None:
+        self.pending.append(item)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="pyar-torch-hooks",
+                                           daemon=True)
+            self.thread.start()
+        self.wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            if not self.pending:
+                self.wake.wait(0.05)
+                self.wake.clear()
+                continue
+            for item in list(self.pending):
+                if item[0].request.done:
+                    self.pending.remove(item)
+                    _finish(*item)
+            time.sleep(50e-6)
+
+
+_completer = _Completer()
 _DEFAULT: list = []
 
 
@@ -134,4 +179,3 @@ def _default():
     if not _DEFAULT:
         _DEFAULT.append(HookState())
     return _DEFAULT[0]
-

@@ -60,6 +60,7 @@ class Transform:
 
     name = "none"
     error_feedback = False
+    phases = 1              # collectives one after another (each waits for the one before)
 
     def state(self, count: int) -> State:
         return State(count, self.error_feedback)

@@ -42,6 +42,7 @@ def dequantize(q: np.ndarray, scales: np.ndarray) -> np.ndarray:
 
 class Int8(Transform):
     name = "int8"
+    phases = 2
 
     def __init__(self, error_feedback: bool = True):
         self.error_feedback = bool(error_feedback)

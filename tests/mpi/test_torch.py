@@ -56,13 +56,20 @@ def model_and_data(comm, steps):
     return model, batches
 
 
-def train_ddp(comm, hook_state, steps=6):
+def train_ddp(comm, hook_state, steps=6, returned=None):
     """A DDP model trained ``steps`` steps (with pyar's hook unless ``hook_state`` is False);
-    its parameters and the gloo group's sequence numbers after each step."""
+    its parameters and the gloo group's sequence numbers after each step. ``returned``: a
+    list to append whether each future the hook returned was complete."""
     model, batches = model_and_data(comm, steps)
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+
+    def hook(state, bucket) -> torch.futures.Future[torch.Tensor]:
+        future = pt.comm_hook(state, bucket)
+        returned.append(future.done())
+        return future
+
     if hook_state is not False:
-        ddp.register_comm_hook(hook_state, pt.comm_hook)
+        ddp.register_comm_hook(hook_state, pt.comm_hook if returned is None else hook)
     group = dist.distributed_c10d._get_default_group()
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     seqs = []
@@ -100,3 +107,19 @@ def test_ddp_hook_with_compression(comm, gloo, spec):
     mine = b"".join(p.tobytes() for p in ours)
     root = comm.bcast(mine if comm.rank == 0 else None)
     agree(comm, mine == root, f"{spec}: ranks hold different parameters")
+
+
+@pytest.mark.parametrize("spec", [None, "fp16", "int8"])
+def test_ddp_hook_with_a_progress_thread(comm, gloo, spec):
+    """Inside pyar.Progress() the hook returns before the average is done (one-phase
+    transforms; int8's two phases run blocking) and training comes out as without it."""
+    blocking = []
+    plain, _ = train_ddp(comm, pt.HookState(compression=spec), steps=4, returned=blocking)
+    launched = []
+    with pyar.Progress():
+        threaded, _ = train_ddp(comm, pt.HookState(compression=spec), steps=4,
+                                returned=launched)
+    agree(comm, all(np.array_equal(a, b) for a, b in zip(plain, threaded)),
+          f"{spec}: the threaded hook trained other parameters")
+    agree(comm, all(blocking) and (all(launched) if spec == "int8" else not all(launched)),
+          f"futures complete when returned: {blocking} blocking, {launched} threaded")

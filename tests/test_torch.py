@@ -1,7 +1,6 @@
 """pyar.torch on one rank: tensors in and out of the collectives without copies, bfloat16,
 nonblocking results, and GradientBuckets over tensors. Skipped without torch (the extra)."""
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

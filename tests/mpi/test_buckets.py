@@ -12,7 +12,6 @@ from hypothesis import given, settings, strategies as st
 from mpi4py import MPI
 
 import pyar
-from pyar.compression.int8 import CHUNK
 from pyar.compression.topk import TopK
 
 from checks import agree

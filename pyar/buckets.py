@@ -59,26 +59,15 @@ class GradientBuckets:
 
     def __init__(self, grads, bucket_cap_mb: float = 25, comm=None, compression=None,
                  views: bool = False, timeout=None):
-        arrays = [_array(g, i) for i, g in enumerate(grads)]
-        if not arrays:
-            raise ValueError("GradientBuckets needs at least one gradient array")
-        if not (isinstance(bucket_cap_mb, (int, float)) and bucket_cap_mb > 0):
-            raise ValueError(f"bucket_cap_mb must be a number > 0, got {bucket_cap_mb!r}")
         self.comm = Comm.of(comm)
-        self.transform = _compression.get(compression)
         self.timeout = timeout
-        xp = _module(arrays[0])
-        for i, a in enumerate(arrays):
-            if not ops.is_float(a.dtype):
-                raise TypeError(f"gradient {i} has dtype {a.dtype}; gradients are averaged, so "
-                                f"they must be floating (float16, bfloat16, float32, float64)")
-            if _module(a) is not xp:
-                raise TypeError(f"gradient {i} is a {type(a).__name__}, gradient 0 a "
-                                f"{type(arrays[0]).__name__}: all must live in the same memory")
-        if self.transform is not None and xp is not np:
-            raise TypeError("compression runs on host buckets (numpy, CPU torch tensors); "
-                            "pass compression=None for device arrays")
-        self._agree(arrays, bucket_cap_mb)
+        try:            # refused here: refused on every rank (the others would wait for it)
+            grads = list(grads)
+            arrays = self._checked(grads, bucket_cap_mb, compression)
+            refused = None
+        except (TypeError, ValueError) as e:
+            arrays, refused = None, e
+        self._agree(arrays, bucket_cap_mb, refused)
 
         # reverse registration order, one open bucket per dtype, closed once at the cap
         cap = bucket_cap_mb * MiB
@@ -97,6 +86,7 @@ class GradientBuckets:
             sizes[b] += a.size
             if sizes[b] * a.dtype.itemsize >= cap:
                 del open_bucket[a.dtype]
+        xp = _module(arrays[0])
         self.flat = [xp.zeros(n, d) for n, d in zip(sizes, dtypes)]
         self.members = members
         self.bucket_of = [b for b, _ in place]
@@ -105,9 +95,10 @@ class GradientBuckets:
         if views:
             for view, a in zip(views_of, arrays):
                 view[...] = a
-            self.grads = views_of
+            self._arrays = views_of
+            self.grads = [_like(g, view) for g, view in zip(grads, views_of)]
         else:
-            self.grads = arrays
+            self._arrays, self.grads = arrays, grads
         self.views = bool(views)
         self._views = views_of
         self.states = [None if self.transform is None else self.transform.state(n)
@@ -115,6 +106,29 @@ class GradientBuckets:
         self.wire_bytes = [self._wire(n, d) for n, d in zip(sizes, dtypes)]
         self.bytes_sent = 0           # by this rank, over all steps so far
         self._reset()
+
+    def _checked(self, grads, bucket_cap_mb, compression) -> list:
+        """The gradients as numpy or cupy arrays (sharing their memory), after the local
+        checks; sets the transform."""
+        arrays = [_array(g, i) for i, g in enumerate(grads)]
+        if not arrays:
+            raise ValueError("GradientBuckets needs at least one gradient array")
+        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
+                or not bucket_cap_mb > 0:
+            raise ValueError(f"bucket_cap_mb must be a number > 0, got {bucket_cap_mb!r}")
+        self.transform = _compression.get(compression)
+        xp = _module(arrays[0])
+        for i, a in enumerate(arrays):
+            if not ops.is_float(a.dtype):
+                raise TypeError(f"gradient {i} has dtype {a.dtype}; gradients are averaged, so "
+                                f"they must be floating (float16, bfloat16, float32, float64)")
+            if _module(a) is not xp:
+                raise TypeError(f"gradient {i} is a {type(a).__name__}, gradient 0 a "
+                                f"{type(arrays[0]).__name__}: all must live in the same memory")
+        if self.transform is not None and xp is not np:
+            raise TypeError("compression runs on host buckets (numpy, CPU torch tensors); "
+                            "pass compression=None for device arrays")
+        return arrays
 
     def __len__(self):
         return len(self.flat)
@@ -157,7 +171,7 @@ class GradientBuckets:
                     self.flat[b][...] = result
                 if not self.views:
                     for i in self.members[b]:
-                        self.grads[i][...] = self._views[i]
+                        self._arrays[i][...] = self._views[i]
         finally:
             self._reset()
         if missing:
@@ -181,7 +195,7 @@ class GradientBuckets:
         flat = self.flat[b]
         if not self.views:
             for i in self.members[b]:
-                self._views[i][...] = self.grads[i]
+                self._views[i][...] = self._arrays[i]
         if self.transform is None:
             flight = Flight(average(flat, self.comm, self.timeout))
         else:
@@ -195,18 +209,26 @@ class GradientBuckets:
             return _compression.sent_bytes("allreduce", count, dtype, self.comm)
         return self.transform.wire_bytes(count, self.comm)
 
-    def _agree(self, arrays, cap) -> None:
-        """MismatchError on every rank unless every rank registered the same buckets."""
-        layout = repr(([(a.shape, a.dtype.str) for a in arrays], float(cap),
-                       repr(self.transform)))
-        mine = np.array([len(arrays), zlib.crc32(layout.encode())], np.int64)
+    def _agree(self, arrays, cap, refused) -> None:
+        """Raise on every rank unless every rank's arguments passed their checks (``refused``:
+        this rank's error) and every rank registered the same buckets (MismatchError)."""
+        layout = "" if refused else repr(([(a.shape, a.dtype.str) for a in arrays],
+                                          float(cap), repr(self.transform)))
+        mine = np.array([refused is None, 0 if refused else len(arrays),
+                         zlib.crc32(layout.encode())], np.int64)
         every = api.allgather(mine, comm=self.comm, timeout=self.timeout)
+        if refused is not None:
+            raise refused
+        bad = [r for r in range(self.comm.size) if not every[r][0]]
+        if bad:
+            raise ValueError(f"rank {bad[0]}'s GradientBuckets arguments were refused there; "
+                             f"its error says why")
         differ = [r for r in range(self.comm.size) if not np.array_equal(every[r], every[0])]
         if differ:
             raise MismatchError(
                 f"ranks registered different gradients, bucket caps or compressions: rank "
-                f"{differ[0]} differs from rank 0 ({every[differ[0]][0]} arrays against "
-                f"{every[0][0]}; here, rank {self.comm.rank}: {len(arrays)})")
+                f"{differ[0]} differs from rank 0 ({every[differ[0]][1]} arrays against "
+                f"{every[0][1]}; here, rank {self.comm.rank}: {len(arrays)})")
 
 
 def average(flat, comm, timeout):
@@ -236,6 +258,14 @@ class Flight:
         while not self.done:
             self._next(self.request.wait())
         return self.result
+
+
+def _like(g, view):
+    """``view`` as the kind of array ``g`` is (a torch tensor for a tensor)."""
+    if type(g).__module__.startswith("torch"):
+        from .torch import as_tensor
+        return as_tensor(view)
+    return view
 
 
 def _module(a):

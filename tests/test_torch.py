@@ -59,3 +59,13 @@ def test_gradient_buckets_over_tensors():
     b.wait()
     for g, e in zip(grads, before):      # written in place, through the shared memory
         assert torch.allclose(g, e, rtol=2e-3, atol=1e-4)
+
+
+def test_gradient_buckets_views_are_tensors_in_the_buckets():
+    from mpi4py import MPI
+
+    grads = [torch.ones(3), torch.full((2, 2), 2.0)]
+    b = pyar.GradientBuckets(grads, comm=MPI.COMM_SELF, views=True)
+    assert all(isinstance(g, torch.Tensor) for g in b.grads)
+    assert b.grads[1].data_ptr() == b.flat[0].ctypes.data           # reversed: gradient 1 first
+    assert torch.equal(b.grads[0], torch.ones(3)) and b.grads[0].data_ptr() != grads[0].data_ptr()

@@ -174,6 +174,15 @@ def test_mismatched_registration_raises_everywhere(comm):
                              compression="fp16" if comm.rank else None)
 
 
+def test_arguments_refused_on_one_rank_raise_on_every_rank(comm):
+    if comm.size == 1:
+        pytest.skip("needs two ranks to disagree")
+    spec = "zip" if comm.rank == comm.size - 1 else None
+    with pytest.raises(ValueError, match="unknown compression" if spec else
+                       f"rank {comm.size - 1}'s GradientBuckets arguments were refused"):
+        pyar.GradientBuckets([np.ones(4, np.float32)], comm=comm, compression=spec, timeout=60)
+
+
 def test_an_unused_gradient_raises_there_and_hangs_no_one(comm):
     grads = [np.ones(10, np.float32) * (comm.rank + 1), np.ones(20, np.float32)]
     b = pyar.GradientBuckets(grads, bucket_cap_mb=1e-5, comm=comm, timeout=60)

@@ -87,7 +87,7 @@ class GradientBuckets:
             if sizes[b] * a.dtype.itemsize >= cap:
                 del open_bucket[a.dtype]
         xp = _module(arrays[0])
-        self.flat = [xp.zeros(n, d) for n, d in zip(sizes, dtypes)]
+        self.flat = [xp.empty(n, d) for n, d in zip(sizes, dtypes)]   # every element packed
         self.members = members
         self.bucket_of = [b for b, _ in place]
         views_of = [self.flat[b][lo:lo + a.size].reshape(a.shape)

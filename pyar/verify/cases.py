@@ -34,6 +34,10 @@ PROFILES = ("full", "quick", "smoke")
 THRESHOLDS = (64 << 10, 256 << 10, 1 << 20, 4 << 20)      # bytes: typical segment sizes
 BASE = {"count": 1031, "dtype": "float32", "op": "sum", "layout": "contiguous", "mode": "new",
         "calls": 1, "interleave": False, "values": "sample", "seed": 0}
+SMOKE_VALUES = [("special", "float32", "max"), ("special", "float32", "sum"),
+                ("special", "float16", "min"), ("overflow", "int8", "sum"),
+                ("overflow", "uint64", "prod"), ("big", "int64", "sum"),
+                ("halfmax", "bfloat16", "sum"), ("negative", "float64", "prod")]
 TAGS = (0, 1, 7, 99)        # the user's own messages in the interleave dimension
 
 
@@ -57,7 +61,7 @@ def counts(size: int, itemsize: int, profile: str) -> list[int]:
     """0, 1, N-1, N, N+1, primes, odd counts beside powers of two, and the counts of
     :data:`THRESHOLDS` bytes (each -1, +0, +1)."""
     if profile == "smoke":
-        small = [0, 1, size + 1, 13, 1021]
+        small = [0, 1, size + 1, 13]
         edges = [THRESHOLDS[0] // itemsize + 1]
     elif profile == "quick":
         small = [0, 1, size - 1, size, size + 1, 13, 1021, 4097]
@@ -90,14 +94,15 @@ def sweep(size: int, profile: str = "full", dims=None) -> list[dict]:
     if "dtypes" in dims:
         chosen = OPS if not smoke else ["sum", "max"]
         out += [c for d in DTYPES for o in chosen
-                if valid(c := case("dtypes", dtype=d, op=o, count=1031 if not smoke else 37))]
+                if valid(c := case("dtypes", dtype=d, op=o, count=1031 if not smoke else 37))
+                and (not smoke or o == "sum" or d in FLOATS)]
     if "layouts" in dims:
         kinds = [("float32", "sum"), ("int16", "max"), ("float64", "prod")] if full else \
             [("float32", "sum")]
         sizes = [1032, big + 7] if full else [1032]
-        out += [case("layouts", layout=layout, dtype=d, op=o, count=n)
+        out += [case("layouts", layout=layout, dtype=d, op=o, count=n, mode=m)
                 for layout in (LAYOUTS if not smoke else ["strided", "transposed", "3d"])
-                for d, o in kinds for n in sizes]
+                for d, o in kinds for n in sizes for m in (MODES if d == "float32" else ["new"])]
     if "modes" in dims:
         kinds = [("float32", "sum"), ("int32", "max"), ("float64", "avg")]
         sizes = [1031, big] if not smoke else [1031]
@@ -113,11 +118,13 @@ def sweep(size: int, profile: str = "full", dims=None) -> list[dict]:
         out += [case("interleave", interleave=True, count=n, dtype=d, calls=2)
                 for n, d in (plans if not smoke else plans[:1])]
     if "values" in dims:
-        chosen = VALUES[1:] if not smoke else ["special", "overflow"]
-        out += [c for v in chosen for d in DTYPES for o in OPS
-                if valid(c := case("values", values=v, dtype=d, op=o, seed=2))
-                and (full or d in ("int8", "uint64", "int64", "float16", "bfloat16", "float32",
-                                   "float64"))]
+        if smoke:
+            out += [case("values", values=v, dtype=d, op=o, seed=2) for v, d, o in SMOKE_VALUES]
+        else:
+            out += [c for v in VALUES[1:] for d in DTYPES for o in OPS
+                    if valid(c := case("values", values=v, dtype=d, op=o, seed=2))
+                    and (full or d in ("int8", "uint64", "int64", "float16", "bfloat16",
+                                       "float32", "float64"))]
     return out
 
 

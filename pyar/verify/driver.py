@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import select
 import shlex
 import shutil
@@ -75,12 +74,18 @@ class Job:
         self.proc = None
 
     def kill(self):
+        """End the job: SIGTERM to mpiexec, which ends its ranks (a SIGKILL would leave them
+        running, in their own process groups), then SIGKILL if it is still there."""
         if self.proc is not None:
+            self.proc.terminate()
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait()
             self.proc = None
 
     def stderr_tail(self, n=1500) -> str:
@@ -102,7 +107,8 @@ class Job:
             self.proc.stdin.flush()
         except OSError:
             return self._died(case)
-        deadline = time.monotonic() + timeout + (self.start_timeout if started else 0)
+        sent = time.monotonic()
+        deadline = sent + timeout + (self.start_timeout if started else 0)
         fd = self.proc.stdout.fileno()
         while True:
             while "\n" in self._buffer:
@@ -114,8 +120,9 @@ class Job:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                return {"verdict": "hang", "seconds": timeout, "problems": [
-                    f"no answer within {timeout:g} s (--case-timeout): it hangs"]}
+                return {"verdict": "hang", "seconds": round(time.monotonic() - sent, 2),
+                        "problems": [f"no answer within {timeout:g} s (--case-timeout): "
+                                     f"it hangs"]}
             ready, _, _ = select.select([fd], [], [], min(left, 1.0))
             if ready:
                 data = os.read(fd, 1 << 16)
@@ -178,12 +185,14 @@ def expand_targets(targets) -> list[str]:
 
 
 def check(targets, ranks="1-8", profile="full", dims=None, case_timeout=60.0, mpiexec=None,
-          load=(), shrink=True, shrink_examples=60, log=None) -> Report:
+          load=(), shrink=True, shrink_examples=40, confirm=True, log=None) -> Report:
     """Verify allreduce ``targets`` (TARGET strings, a callable of an importable module, or
     a list of them) over ``ranks``; returns a :class:`Report` (true when all passed).
 
     Every case runs in MPI jobs this function starts (``mpiexec``: a command line; default
     the embedded one); usable from a plain pytest (``assert check("mod:fn", ranks=[2, 3])``).
+    ``shrink``: shrink one failure per target and kind of problem, trying at most
+    ``shrink_examples`` candidates; ``confirm``: rerun the smallest case in a fresh job.
     """
     if isinstance(targets, str) or callable(targets):
         targets = [targets]
@@ -206,7 +215,8 @@ def check(targets, ranks="1-8", profile="full", dims=None, case_timeout=60.0, mp
                         log(f"{target} on {size} ranks: {result['verdict']} {_brief(case)}")
         if shrink:
             for failure in report.first_failures():
-                failure["smallest"] = smallest(jobs, failure, case_timeout, shrink_examples, log)
+                failure["smallest"] = smallest(jobs, failure, case_timeout, shrink_examples,
+                                               confirm, log)
     finally:
         jobs.close()
     report.seconds = time.perf_counter() - started
@@ -248,12 +258,12 @@ class Report:
         return not self.failures
 
     def first_failures(self):
-        """One failure per (target, dimension) to shrink: the first seen."""
+        """One failure per target and kind of problem to shrink: the first seen."""
         seen, out = set(), []
         for r in self.failures:
             if r["verdict"] in ("hang", "crash", "error"):
                 continue
-            key = (r["target"], r["case"]["dim"])
+            key = (r["target"], _kind(r))
             if key not in seen:
                 seen.add(key)
                 out.append(r)
@@ -284,9 +294,12 @@ class Report:
                          f" {'; '.join(r['problems'][:3])[:600]}")
         if len(self.failures) > 40:
             parts.append(f"- ... and {len(self.failures) - 40} more (--json has them all)")
+        shown = set()
         for r in self.results:
             small = r.get("smallest")
-            if small:
+            key = small and (r["target"], small["ranks"], json.dumps(small["case"]))
+            if small and key not in shown:
+                shown.add(key)
                 parts.append(f"\n## smallest failing case of {r['target']} ({r['case']['dim']}): "
                              f"{small['ranks']} ranks, {_brief(small['case'])}\n"
                              f"# {small['note']}\n"
@@ -300,13 +313,25 @@ class Report:
                 "results": self.results}
 
 
+def _kind(result) -> tuple:
+    """What went wrong, in a few words: wrong elements (by float or integer, and op), x
+    modified, out or in place not holding the result, ranks differing, an exception..."""
+    text = " ".join(result["problems"])
+    for kind in ("raised", "x was modified", "does not hold", "differ bitwise",
+                 "user's message", "returned"):
+        if kind in text:
+            return (kind,)
+    case = result["case"]
+    return ("elements wrong", case["dtype"] in C.FLOATS, case["op"])
+
+
 ORDER = {"dtype": ["int32", "int64", "float32", "float64", "int8", "int16", "uint8", "uint16",
                    "uint32", "uint64", "float16", "bfloat16"],
          "op": ["sum", "max", "min", "prod", "avg"],
          "layout": C.LAYOUTS, "mode": C.MODES, "values": C.VALUES}
 
 
-def smallest(jobs, failure, case_timeout, examples, log=None) -> dict:
+def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None) -> dict:
     """The smallest failing case hypothesis finds among those no more complex than
     ``failure``'s, with its reproducer; the failure itself if it finds none smaller."""
     from hypothesis import HealthCheck, Phase, find, settings, strategies as st
@@ -315,7 +340,7 @@ def smallest(jobs, failure, case_timeout, examples, log=None) -> dict:
 
     case, size, target = failure["case"], failure["ranks"], failure["target"]
     fresh_job = case["calls"] > 1          # may depend on history: a fresh job per candidate
-    examples = min(examples, 12) if fresh_job else examples
+    examples = min(examples, 6) if fresh_job else examples
     tried = [0]
 
     def options(field):                 # simplest first: hypothesis shrinks towards it
@@ -328,7 +353,7 @@ def smallest(jobs, failure, case_timeout, examples, log=None) -> dict:
     # The failure itself is hypothesis's first example (replayed from its database, as a
     # failure of an earlier run would be), so shrinking starts from it.
     start = [size, case["count"], *(ORDER[f].index(case[f]) for f in ORDER), case["calls"],
-             bool(case["interleave"])]
+             int(case["interleave"])]
     database = InMemoryExampleDatabase()
     database.save(b"pyar-verify", choices_to_bytes(start))
     found, seen = {}, {}
@@ -356,7 +381,7 @@ def smallest(jobs, failure, case_timeout, examples, log=None) -> dict:
 
     note = "smallest found by hypothesis"
     try:
-        best = find(candidates, fails, database_key=b"pyar-verify", random=random.Random(0),
+        best = find(candidates, fails, database_key=b"pyar-verify",
                     settings=settings(max_examples=examples, database=database, deadline=None,
                                       phases=[Phase.reuse, Phase.generate, Phase.shrink],
                                       suppress_health_check=list(HealthCheck)))
@@ -365,14 +390,17 @@ def smallest(jobs, failure, case_timeout, examples, log=None) -> dict:
     except NoSuchExample:
         ranks, small, problems = size, case, failure["problems"]
         note = f"hypothesis found no smaller failing case in {tried[0]} tries: the case as seen"
-    confirm = jobs[ranks]
-    confirm.stop()
-    again = confirm.run(target, small, case_timeout)
-    note += f" ({tried[0]} candidates run); rerun in a fresh job: {again['verdict']}"
+    note += f" ({tried[0]} candidates run{', each in a fresh job' if fresh_job else ''})"
+    confirmed = None
+    if confirm:
+        job = jobs[ranks]
+        job.stop()
+        confirmed = job.run(target, small, case_timeout)["verdict"] == "fail"
+        note += f"; rerun in a fresh job: {'fails' if confirmed else 'PASSES'}"
     if log:
         log(f"{target}: smallest failing case {ranks} ranks, {_brief(small)} ({note})")
     return {"ranks": ranks, "case": small, "problems": problems, "note": note,
-            "confirmed": again["verdict"] == "fail",
+            "confirmed": confirmed,
             "script": reproducer(target, ranks, small, jobs.load, case_timeout)}
 
 
@@ -399,6 +427,7 @@ def command(args) -> int:
     if args.case_timeout <= 0:
         raise ValueError(f"--case-timeout must be > 0 seconds, got {args.case_timeout}")
     profile = "quick" if args.quick else args.profile
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # jobs end with us (finally)
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else None
     report = check(args.target, ranks=args.ranks, profile=profile, dims=dims,
                    case_timeout=args.case_timeout, mpiexec=args.mpiexec, load=args.load,

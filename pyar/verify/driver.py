@@ -213,6 +213,8 @@ def check(targets, ranks="1-8", profile="full", dims=None, case_timeout=60.0, mp
                     report.add(target, size, case, result)
                     if log and result["verdict"] not in ("pass", "skip"):
                         log(f"{target} on {size} ranks: {result['verdict']} {_brief(case)}")
+                    if result["verdict"] == "error":        # the target cannot be loaded
+                        break
         if shrink:
             for failure in report.first_failures():
                 failure["smallest"] = smallest(jobs, failure, case_timeout, shrink_examples,

@@ -38,9 +38,9 @@ def resolve(spec: str):
         import pyar
 
         name = spec[5:]
-        pyar.algorithms()               # registry loaded
-        from pyar.algorithms import check_name
-        check_name(name)
+        if name != "auto":
+            from pyar.algorithms import check_name
+            check_name(name)
 
         def algorithm(x, comm, op="sum", out=None):
             return pyar.allreduce(x, out=out, op=op, algorithm=name, comm=comm)
@@ -92,6 +92,11 @@ class Runner:
     def run(self, spec: str, case: dict) -> dict:
         """Run ``case`` on every rank; every rank returns the same verdict."""
         start = time.perf_counter()
+        try:
+            self.target(spec)
+        except Exception as e:          # the same on every rank: no case can run
+            return {"verdict": "error", "problems": [f"target {spec}: {_one_line(e)}"],
+                    "seconds": 0}
         comm = self.world.Dup()
         try:
             local, digest, skipped = self._calls(spec, case, comm)

@@ -1,4 +1,10 @@
-"""What a correct result is: references and tolerances, reusable by tests and by users.
+"""What a correct result is: references and tolerances, reusable by tests and by users; and
+``pyar verify``, the oracle for any allreduce (:func:`check`, :func:`reproduce`).
+
+``pyar verify`` lives in :mod:`.cases` (what is swept), :mod:`.judge` (the exact reference
+and its error bounds), :mod:`.worker` (the MPI side: one case at a time, on a fresh
+communicator) and :mod:`.driver` (the jobs under a watchdog, shrinking, the report). The
+functions below are the loose checks the test suite and the bench use.
 
 Integer, max and min results must be exact (integers wrap as in C); float
 sums, averages and products may differ from the exact value by the rounding

@@ -72,6 +72,15 @@ class Job:
         except (OSError, subprocess.TimeoutExpired):
             self.kill()
         self.proc = None
+        self._forget_stderr()
+
+    def _forget_stderr(self):
+        if self.stderr_path:
+            try:
+                os.unlink(self.stderr_path)
+            except OSError:
+                pass
+            self.stderr_path = None
 
     def kill(self):
         """End the job: SIGTERM to mpiexec, which ends its ranks (a SIGKILL would leave them
@@ -120,6 +129,7 @@ class Job:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
+                self._forget_stderr()
                 return {"verdict": "hang", "seconds": round(time.monotonic() - sent, 2),
                         "problems": [f"no answer within {timeout:g} s (--case-timeout): "
                                      f"it hangs"]}
@@ -133,6 +143,7 @@ class Job:
     def _died(self, case):
         tail = self.stderr_tail()
         self.kill()
+        self._forget_stderr()
         return {"verdict": "crash", "seconds": 0,
                 "problems": [f"the MPI job died during the case; its stderr ends: {tail}"]}
 

@@ -39,6 +39,7 @@ SMOKE_VALUES = [("special", "float32", "max"), ("special", "float32", "sum"),
                 ("overflow", "uint64", "prod"), ("big", "int64", "sum"),
                 ("halfmax", "bfloat16", "sum"), ("negative", "float64", "prod")]
 TAGS = (0, 1, 7, 99)        # the user's own messages in the interleave dimension
+PREFIX = "@@pyar-verify "   # a job's answer line on its stdout (the target may print too)
 
 
 def case(dim: str, **fields) -> dict:

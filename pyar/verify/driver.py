@@ -24,7 +24,6 @@ from pathlib import Path
 
 from . import cases as C
 
-PREFIX = "@@pyar-verify "
 
 
 def default_mpiexec() -> list[str]:
@@ -122,8 +121,8 @@ class Job:
         while True:
             while "\n" in self._buffer:
                 line, self._buffer = self._buffer.split("\n", 1)
-                if line.startswith(PREFIX):
-                    answer = json.loads(line[len(PREFIX):])
+                if line.startswith(C.PREFIX):
+                    answer = json.loads(line[len(C.PREFIX):])
                     if answer["id"] == self.next_id:
                         return answer
             left = deadline - time.monotonic()

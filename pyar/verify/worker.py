@@ -25,7 +25,6 @@ from mpi4py import MPI
 
 from . import cases as C, judge
 
-PREFIX = "@@pyar-verify "
 USER_WAIT = 10.0        # seconds the user's own messages may take to arrive after a call
 
 
@@ -271,7 +270,7 @@ def serve(load=()) -> int:
         except Exception as e:                  # e.g. an unloadable target: said, not hidden
             result = {"verdict": "error", "problems": [_one_line(e)], "seconds": 0}
         if root:
-            sys.stdout.write(PREFIX + json.dumps({"id": request["id"], **result}) + "\n")
+            sys.stdout.write(C.PREFIX + json.dumps({"id": request["id"], **result}) + "\n")
             sys.stdout.flush()
 
 

@@ -32,7 +32,7 @@ BUGS = {"segment_tail": ("counts", "elements wrong", 16385),
 def broken():
     started = time.monotonic()
     report = check([f"{BROKEN}:{name}" for name in [*BUGS, "hang_empty"]], ranks=[2],
-                   profile="smoke", case_timeout=CASE_TIMEOUT, confirm=False, shrink_examples=15)
+                   profile="smoke", case_timeout=CASE_TIMEOUT, confirm=False, shrink_examples=30)
     return report, time.monotonic() - started
 
 

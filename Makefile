@@ -12,7 +12,7 @@ EXTRAS   ?= test,plot,torch
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 
-.PHONY: run test test-mpi bench bench-kernels gpu-check examples clean
+.PHONY: run test test-mpi bench bench-kernels gpu-check examples verify clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ test-mpi: $(VENV)/.kernels
 	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m pytest tests/mpi -q --capture=sys
 
 bench: run
+
+# pyar checks itself with pyar verify: every allreduce algorithm and auto, the full sweep at
+# 1..8 ranks (make test runs the smoke profile at 1, 3 and 4 ranks). Every case is bounded by
+# --case-timeout; the command starts and ends its own MPI jobs.
+verify: $(VENV)/.kernels
+	$(PY) -m pyar verify pyar:all pyar:auto --ranks 1-8 --json verify-pyar.json
 
 # GB/s of the host reduction kernels beside numpy's, per op and dtype
 bench-kernels: $(VENV)/.kernels

@@ -1,5 +1,5 @@
 """The ``pyar`` command (also ``python -m pyar``): info, bench, overlap, sim, model, tune,
-doctor and trace."""
+doctor, trace, verify and draw."""
 
 from __future__ import annotations
 
@@ -204,6 +204,18 @@ def tune(args) -> int:
     return 0
 
 
+def verify(args) -> int:
+    from pyar.verify import driver
+
+    return driver.command(args)
+
+
+def draw(args) -> int:
+    from pyar import draw as d
+
+    return d.command(args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pyar", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -278,10 +290,43 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", default=None,
                    help="the file to write (default: $PYAR_TUNING_FILE, else "
                         "$XDG_CACHE_HOME/pyar/tuning.json)")
+    p = sub.add_parser("verify", help="check an allreduce (yours, pyar's, the MPI library's) "
+                                      "against an exact reference, over many MPI jobs")
+    p.add_argument("target", nargs="+", help="module:function or path.py:function "
+                   "(allreduce(x, comm, op='sum', out=None)), pyar:ALGO, pyar:all, or mpi")
+    p.add_argument("--ranks", default="1-8", help="rank counts, e.g. 1-8 or 2,3,5 (default 1-8)")
+    p.add_argument("--quick", action="store_true", help="the quick profile (--profile quick)")
+    p.add_argument("--profile", default="full", choices=["full", "quick", "smoke"])
+    p.add_argument("--dims", default=None, help="comma list of dimensions (default all: "
+                   "counts,dtypes,layouts,modes,repeat,interleave,values)")
+    p.add_argument("--skip", default=None, help="comma list of dimensions to leave out")
+    p.add_argument("--case-timeout", type=float, default=60.0,
+                   help="seconds a case may take before it counts as a hang (default 60)")
+    p.add_argument("--mpiexec", default=None, help="the site's mpiexec command line "
+                   "(default $MPIEXEC, else the embedded one)")
+    p.add_argument("--load", action="append", default=[], metavar="SPEC",
+                   help="import path.py or a module first (e.g. one registering an algorithm)")
+    p.add_argument("--json", metavar="FILE", help="write every case's verdict")
+    p.add_argument("--repro-dir", metavar="DIR", help="write the reproducers there")
+    p.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
+    p.add_argument("-v", "--verbose", action="store_true", help="log failures as they come")
+    p = sub.add_parser("draw", help="a schedule as a picture (ranks as lanes, steps as "
+                                    "columns) or, with --table, a per-step text table")
+    p.add_argument("algo", help="a registered algorithm")
+    p.add_argument("-n", "--nranks", type=int, default=4)
+    p.add_argument("-c", "--count", type=int, default=None,
+                   help="elements (default: one per rank)")
+    p.add_argument("--collective", default="allreduce")
+    p.add_argument("-o", "--output", default=None, metavar="FILE.png|.svg",
+                   help="write the drawing (default ALGO-N.png)")
+    p.add_argument("--table", action="store_true", help="print the per-step table instead")
+    p.add_argument("--load", action="append", default=[], metavar="SPEC",
+                   help="import path.py or a module first (e.g. one registering an algorithm)")
     args = parser.parse_args(argv)
     try:
         return {"info": info, "bench": bench, "overlap": overlap, "sim": sim, "model": model,
-                "tune": tune, "doctor": doctor, "trace": trace}[args.command](args)
+                "tune": tune, "doctor": doctor, "trace": trace, "verify": verify,
+                "draw": draw}[args.command](args)
     except (ValueError, TypeError) as e:
         parser.exit(2, f"pyar {args.command}: {e}\n")
 

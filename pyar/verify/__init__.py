@@ -1,4 +1,10 @@
-"""What a correct result is: references and tolerances, reusable by tests and by users.
+"""What a correct result is: references and tolerances, reusable by tests and by users; and
+``pyar verify``, the oracle for any allreduce (:func:`check`, :func:`reproduce`).
+
+``pyar verify`` lives in :mod:`.cases` (what is swept), :mod:`.judge` (the exact reference
+and its error bounds), :mod:`.worker` (the MPI side: one case at a time, on a fresh
+communicator) and :mod:`.driver` (the jobs under a watchdog, shrinking, the report). The
+functions below are the loose checks the test suite and the bench use.
 
 Integer, max and min results must be exact (integers wrap as in C); float
 sums, averages and products may differ from the exact value by the rounding
@@ -14,7 +20,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .ops import HALF, Op, is_float, resolve
+from ..ops import HALF, Op, is_float, resolve
 
 
 def reference(inputs, op) -> np.ndarray:
@@ -48,7 +54,7 @@ def library_reference(comm, x, op):
     MPI has no float16 or bfloat16: for those the oracle is MPI_Allreduce of
     ``x`` widened to float32 (exactly), and the expected values stay float32.
     """
-    from .collectives.allreduce import ALLREDUCE
+    from ..collectives.allreduce import ALLREDUCE
 
     op = resolve(op)
     x = np.ascontiguousarray(x)
@@ -128,3 +134,22 @@ def sample(rank: int, count: int, dtype, op, seed: int = 0) -> np.ndarray:
     if dtype.kind == "u" and op in (Op.MAX, Op.MIN):
         values = values + 504
     return values.astype(dtype)
+
+
+def check(targets, ranks="1-8", **options):
+    """``pyar verify`` from Python: verify allreduce ``targets`` (``"mod:fn"``, ``"path.py:fn"``,
+    ``"pyar:ring"``, ``"mpi"``, or an importable function) over ``ranks`` in MPI jobs it
+    starts; a :class:`pyar.verify.driver.Report`, true when every case passed. Options:
+    ``profile`` (full, quick, smoke), ``dims``, ``case_timeout``, ``mpiexec``, ``load``,
+    ``shrink`` (see :func:`pyar.verify.driver.check`)."""
+    from .driver import check as run
+
+    return run(targets, ranks, **options)
+
+
+def reproduce(target: str, case: dict, load=()) -> int:
+    """Run one case of ``target`` on COMM_WORLD under mpiexec (what a reproducer script
+    calls); 1 if it fails, else 0."""
+    from .worker import reproduce as run
+
+    return run(target, case, load)

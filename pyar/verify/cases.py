@@ -1,0 +1,229 @@
+"""The cases ``pyar verify`` sweeps: one small dict each, and the arrays a case gives each rank.
+
+A case is plain data (it travels as JSON to the MPI job and into reproducers)::
+
+    {"dim": "counts", "count": 1025, "dtype": "float32", "op": "sum", "layout": "contiguous",
+     "mode": "new", "calls": 1, "interleave": False, "values": "sample", "seed": 0}
+
+``layout``: contiguous, 2d, 3d, offset (a view one element into a buffer), strided (every
+other element), transposed (a 2-D transpose); ``mode``: new (``out=None``), out (an ``out``
+array), inplace (``out=x``); ``calls``: calls in a row, each with fresh data (stale state);
+``interleave``: the user's own point-to-point messages, on the same communicator and tags,
+in flight around each call; ``values``: see :func:`contribution`.
+
+Each dimension varies one of these from a base case (float32 sum of 1031 elements,
+contiguous, a new result, one call); the ``quick`` and ``smoke`` profiles take fewer values.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .. import ops
+from ..ops import Op
+
+DTYPES = [str(d) for d in ops.DTYPES]
+FLOATS = ["float16", "bfloat16", "float32", "float64"]
+OPS = [o.value for o in Op]
+LAYOUTS = ["contiguous", "2d", "offset", "strided", "transposed", "3d"]
+MODES = ["new", "out", "inplace"]
+VALUES = ["sample", "random", "negative", "special", "overflow", "big", "halfmax"]
+DIMENSIONS = ["counts", "dtypes", "layouts", "modes", "repeat", "interleave", "values"]
+PROFILES = ("full", "quick", "smoke")
+THRESHOLDS = (64 << 10, 256 << 10, 1 << 20, 4 << 20)      # bytes: typical segment sizes
+BASE = {"count": 1031, "dtype": "float32", "op": "sum", "layout": "contiguous", "mode": "new",
+        "calls": 1, "interleave": False, "values": "sample", "seed": 0}
+SMOKE_VALUES = [("special", "float32", "max"), ("special", "float32", "sum"),
+                ("special", "float16", "min"), ("overflow", "int8", "sum"),
+                ("overflow", "uint64", "prod"), ("big", "int64", "sum"),
+                ("halfmax", "bfloat16", "sum"), ("negative", "float64", "prod")]
+TAGS = (0, 1, 7, 99)        # the user's own messages in the interleave dimension
+PREFIX = "@@pyar-verify "   # a job's answer line on its stdout (the target may print too)
+
+
+def case(dim: str, **fields) -> dict:
+    return {"dim": dim, **BASE, **fields}
+
+
+def valid(c: dict) -> bool:
+    """Whether a case asks something defined: avg on floats, each value kind on its dtypes."""
+    floating, dtype, op = c["dtype"] in FLOATS, c["dtype"], c["op"]
+    if op == "avg" and not floating:
+        return False
+    return {"sample": True, "random": op in ("sum", "avg") or floating,
+            "negative": op == "prod" and not dtype.startswith("uint"),
+            "special": floating, "overflow": not floating and op in ("sum", "prod"),
+            "big": dtype in ("int64", "uint64"),
+            "halfmax": dtype in ("float16", "bfloat16") and op != "prod"}[c["values"]]
+
+
+def counts(size: int, itemsize: int, profile: str) -> list[int]:
+    """0, 1, N-1, N, N+1, primes, odd counts beside powers of two, and the counts of
+    :data:`THRESHOLDS` bytes (each -1, +0, +1)."""
+    if profile == "smoke":
+        small = [0, 1, size + 1, 13]
+        edges = [THRESHOLDS[0] // itemsize + 1]
+    elif profile == "quick":
+        small = [0, 1, size - 1, size, size + 1, 13, 1021, 4097]
+        edges = [e + d for e in (THRESHOLDS[0] // itemsize,) for d in (-1, 1)]
+    else:
+        small = [0, 1, 2, 3, size - 1, size, size + 1, 2 * size + 1, 7, 13, 31, 127, 1021]
+        small += [2 ** k + d for k in (4, 6, 8, 10, 12, 14) for d in (-1, 1)]
+        edges = [t // itemsize + d for t in THRESHOLDS for d in (-1, 0, 1)]
+    return sorted(set(c for c in small + edges if c >= 0))
+
+
+def sweep(size: int, profile: str = "full", dims=None) -> list[dict]:
+    """The cases of ``profile`` for ``size`` ranks, in the dimensions ``dims`` (default all)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+    dims = DIMENSIONS if dims is None else list(dims)
+    unknown = sorted(set(dims) - set(DIMENSIONS))
+    if unknown:
+        raise ValueError(f"unknown dimension(s) {', '.join(unknown)}; expected some of "
+                         f"{', '.join(DIMENSIONS)}")
+    full, smoke = profile == "full", profile == "smoke"
+    big = THRESHOLDS[0] // 4 + 1                 # just above 64 KiB of float32
+    out = []
+    if "counts" in dims:
+        kinds = [("float32", "sum"), ("int32", "sum")] + ([("uint8", "max"), ("float64", "min")]
+                                                         if full else [])
+        for dtype, op in kinds if not smoke else kinds[:1]:
+            out += [case("counts", count=n, dtype=dtype, op=op)
+                    for n in counts(size, np.dtype(_dtype(dtype)).itemsize, profile)]
+    if "dtypes" in dims:
+        chosen = OPS if not smoke else ["sum", "max"]
+        out += [c for d in DTYPES for o in chosen
+                if valid(c := case("dtypes", dtype=d, op=o, count=1031 if not smoke else 37))
+                and (not smoke or o == "sum" or d in FLOATS)]
+    if "layouts" in dims:
+        kinds = [("float32", "sum"), ("int16", "max"), ("float64", "prod")] if full else \
+            [("float32", "sum")]
+        sizes = [1032, big + 7] if full else [1032]
+        out += [case("layouts", layout=layout, dtype=d, op=o, count=n, mode=m)
+                for layout in (LAYOUTS if not smoke else ["strided", "transposed", "3d"])
+                for d, o in kinds for n in sizes for m in (MODES if d == "float32" else ["new"])]
+    if "modes" in dims:
+        kinds = [("float32", "sum"), ("int32", "max"), ("float64", "avg")]
+        sizes = [1031, big] if not smoke else [1031]
+        out += [case("modes", mode=m, dtype=d, op=o, count=n)
+                for m in MODES for d, o in (kinds if not smoke else kinds[:1]) for n in sizes]
+    if "repeat" in dims:
+        plans = [(3, "new", 1031, "float32"), (3, "inplace", 1031, "int32"),
+                 (3, "out", big, "float32")]
+        out += [case("repeat", calls=k, mode=m, count=n, dtype=d, seed=1)
+                for k, m, n, d in (plans if not smoke else plans[:1])]
+    if "interleave" in dims:
+        plans = [(1031, "float32"), (1, "int32"), (big, "float64")]
+        out += [case("interleave", interleave=True, count=n, dtype=d, calls=2)
+                for n, d in (plans if not smoke else plans[:1])]
+    if "values" in dims:
+        if smoke:
+            out += [case("values", values=v, dtype=d, op=o, seed=2) for v, d, o in SMOKE_VALUES]
+        else:
+            out += [c for v in VALUES[1:] for d in DTYPES for o in OPS
+                    if valid(c := case("values", values=v, dtype=d, op=o, seed=2))
+                    and (full or d in ("int8", "uint64", "int64", "float16", "bfloat16",
+                                       "float32", "float64"))]
+    return out
+
+
+def _dtype(name: str) -> np.dtype:
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def dtype_of(c: dict) -> np.dtype:
+    return _dtype(c["dtype"])
+
+
+def shape_of(c: dict) -> tuple:
+    """The shape of x: 1-D, or for 2d, 3d and transposed the count factored."""
+    n = c["count"]
+    if c["layout"] in ("2d", "transposed"):
+        a = _factor(n)
+        return (a, n // a) if n else (0, 3)
+    if c["layout"] == "3d":
+        a = _factor(n)
+        b = _factor(n // a) if n else 1
+        return (a, b, n // a // b) if n else (2, 0, 3)
+    return (n,)
+
+
+def _factor(n: int) -> int:
+    """The largest divisor of n not above its square root (1 for a prime)."""
+    best = 1
+    for d in range(1, int(n ** 0.5) + 1):
+        if n % d == 0:
+            best = d
+    return best
+
+
+def contribution(c: dict, rank: int, call: int) -> np.ndarray:
+    """Rank ``rank``'s values for call ``call`` of case ``c``, flat (x's elements in C order).
+
+    ``sample``: :func:`pyar.verify.sample` (depends on rank, index and seed);
+    ``random``: random floats whose sum depends on the order (integers: the whole range,
+    sums wrap); ``negative``: factors of both signs for prod; ``special``: NaN, +-inf and
+    +-0 among ordinary values; ``overflow``: integers whose sum and product wrap as in C;
+    ``big``: 64-bit integers above 2**53; ``halfmax``: float16 and bfloat16 near their
+    largest finite value (sums overflow to inf on some orders).
+    """
+    from . import sample
+
+    dtype, n, kind = dtype_of(c), c["count"], c["values"]
+    seed = c["seed"] * 1000 + call
+    if kind == "sample":
+        return sample(rank, n, dtype, c["op"], seed)
+    rng = np.random.default_rng([seed, rank, DTYPES.index(c["dtype"])])
+    floating = c["dtype"] in FLOATS
+    if kind == "random":
+        if not floating:
+            info = np.iinfo(dtype)
+            return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+        scale = 2.0 ** rng.integers(-8, 8, n) if dtype.itemsize > 2 else 2.0 ** rng.integers(-3, 3, n)
+        return (rng.standard_normal(n) * scale).astype(dtype)
+    if kind == "negative":
+        if floating:
+            return (rng.choice([-1, 1], n) * rng.uniform(0.5, 2.0, n)).astype(dtype)
+        return rng.choice([-3, -1, 1, 3], n).astype(dtype)
+    if kind == "special":
+        base = (rng.standard_normal(n) * 4).astype(dtype)
+        pick = rng.integers(0, 12, n)
+        specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float64).astype(dtype)
+        chosen = pick < len(specials)
+        base[chosen] = specials[pick[chosen]]
+        return base
+    info = np.iinfo(dtype) if not floating else None
+    if kind == "overflow":
+        if c["op"] == "prod":
+            return rng.integers(max(info.max >> (info.bits // 2), 2), info.max, n, dtype=dtype)
+        return rng.integers(info.max // 2, info.max, n, dtype=dtype, endpoint=True)
+    if kind == "big":
+        hi = (1 << 62) if c["dtype"] == "int64" else (1 << 63)
+        return rng.integers(1 << 53, hi, n, dtype=dtype) | np.array(1, dtype)
+    if kind == "halfmax":
+        top = float(ml_dtypes.finfo(dtype).max)
+        values = rng.uniform(0.3, 1.0, n) * top * rng.choice([-1, 1, 1, 1], n)
+        return values.astype(dtype)
+    raise ValueError(f"unknown value kind {kind!r}; expected one of {', '.join(VALUES)}")
+
+
+def arrays(c: dict, flat: np.ndarray):
+    """``(x, base)``: x in the case's layout holding ``flat``; base is the buffer it lives in."""
+    dtype, shape, layout = dtype_of(c), shape_of(c), c["layout"]
+    n = flat.size
+    if layout == "strided":
+        base = np.zeros(2 * n, dtype)
+        x = base[::2]
+    elif layout == "offset":
+        base = np.zeros(n + 1, dtype)
+        x = base[1:]
+    elif layout == "transposed":
+        base = np.zeros(shape[::-1], dtype)
+        x = base.T
+    else:
+        base = np.zeros(shape, dtype)
+        x = base
+    x[...] = flat.reshape(x.shape)
+    return x, base

@@ -1,0 +1,459 @@
+"""The launching side of ``pyar verify``: MPI jobs under a watchdog, the sweep, shrinking, the report.
+
+No MPI here: each rank count gets a job (``mpiexec -n N python -m mpi4py -m
+pyar.verify.worker``) that runs one case per request. A case that does not answer within
+``case_timeout`` seconds is a hang: the job is killed, the case reported, and a new job
+takes the next case. A failure is shrunk by hypothesis over cases no more complex than
+it (fewer ranks, a smaller count, simpler dtype, op, layout, mode, values; each candidate
+in a fresh job when the failure may depend on history, i.e. takes several calls), and
+the smallest failing case is printed as a reproducer script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import cases as C
+
+
+
+def default_mpiexec() -> list[str]:
+    """``$MPIEXEC``, else the mpiexec installed beside this Python (the mpich wheel), else PATH's."""
+    beside = Path(sys.executable).with_name("mpiexec")
+    found = os.environ.get("MPIEXEC") or (str(beside) if beside.exists() else
+                                          shutil.which("mpiexec"))
+    if not found:
+        raise ValueError("no mpiexec found: give --mpiexec, set MPIEXEC, or install the "
+                         "mpich wheel (pip install mpich)")
+    return shlex.split(found)
+
+
+class Job:
+    """One MPI job of ``size`` ranks serving cases; restarted after a hang or a crash."""
+
+    def __init__(self, size, mpiexec, load=(), start_timeout=120.0):
+        self.size, self.mpiexec, self.load = size, list(mpiexec), list(load)
+        self.start_timeout = start_timeout
+        self.proc = None
+        self.next_id = 0
+        self.stderr_path = None
+
+    def _start(self):
+        import tempfile
+
+        command = [*self.mpiexec, "-n", str(self.size), sys.executable, "-m", "mpi4py",
+                   "-m", "pyar.verify.worker"]
+        for spec in self.load:
+            command += ["--load", spec]
+        err = tempfile.NamedTemporaryFile("w+", prefix="pyar-verify-", suffix=".err",
+                                          delete=False)
+        self.stderr_path = err.name
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=err, text=True, bufsize=1, start_new_session=True)
+        err.close()
+        self._buffer = ""
+
+    def stop(self):
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+        self.proc = None
+        self._forget_stderr()
+
+    def _forget_stderr(self):
+        if self.stderr_path:
+            try:
+                os.unlink(self.stderr_path)
+            except OSError:
+                pass
+            self.stderr_path = None
+
+    def kill(self):
+        """End the job: SIGTERM to mpiexec, which ends its ranks (a SIGKILL would leave them
+        running, in their own process groups), then SIGKILL if it is still there."""
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait()
+            self.proc = None
+
+    def stderr_tail(self, n=1500) -> str:
+        try:
+            return Path(self.stderr_path).read_text(errors="replace")[-n:]
+        except (OSError, TypeError):
+            return ""
+
+    def run(self, target, case, timeout) -> dict:
+        """The verdict of ``case``: pass, fail, skip, error, hang (no answer within
+        ``timeout`` seconds) or crash (the job died)."""
+        started = self.proc is None
+        if started:
+            self._start()
+        self.next_id += 1
+        request = {"id": self.next_id, "target": target, "case": case}
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            return self._died(case)
+        sent = time.monotonic()
+        deadline = sent + timeout + (self.start_timeout if started else 0)
+        fd = self.proc.stdout.fileno()
+        while True:
+            while "\n" in self._buffer:
+                line, self._buffer = self._buffer.split("\n", 1)
+                if line.startswith(C.PREFIX):
+                    answer = json.loads(line[len(C.PREFIX):])
+                    if answer["id"] == self.next_id:
+                        return answer
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                self._forget_stderr()
+                return {"verdict": "hang", "seconds": round(time.monotonic() - sent, 2),
+                        "problems": [f"no answer within {timeout:g} s (--case-timeout): "
+                                     f"it hangs"]}
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if ready:
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    return self._died(case)
+                self._buffer += data.decode(errors="replace")
+
+    def _died(self, case):
+        tail = self.stderr_tail()
+        self.kill()
+        self._forget_stderr()
+        return {"verdict": "crash", "seconds": 0,
+                "problems": [f"the MPI job died during the case; its stderr ends: {tail}"]}
+
+
+class Jobs:
+    """A job per rank count, started on first use."""
+
+    def __init__(self, mpiexec, load=()):
+        self.mpiexec, self.load, self.jobs = mpiexec, load, {}
+
+    def __getitem__(self, size) -> Job:
+        if size not in self.jobs:
+            self.jobs[size] = Job(size, self.mpiexec, self.load)
+        return self.jobs[size]
+
+    def close(self):
+        for job in self.jobs.values():
+            job.stop()
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``1-8``, ``2,3,5`` or a mix, as a sorted list of rank counts."""
+    out = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = part.split("-")
+                out.update(range(int(a), int(b) + 1))
+            elif part:
+                out.add(int(part))
+        except ValueError:
+            raise ValueError(f"--ranks {text!r}: expected rank counts like 1-8 or 2,3,5") \
+                from None
+    if not out or min(out) < 1:
+        raise ValueError(f"--ranks {text!r}: expected rank counts >= 1, like 1-8 or 2,3,5")
+    return sorted(out)
+
+
+def expand_targets(targets) -> list[str]:
+    """TARGETs with ``pyar:all`` as every registered allreduce algorithm."""
+    out = []
+    for t in targets:
+        if t == "pyar:all":
+            import pyar
+            out += [f"pyar:{name}" for name in pyar.algorithms() if name != "mpi"]
+        else:
+            out.append(t)
+    return out
+
+
+def check(targets, ranks="1-8", profile="full", dims=None, case_timeout=60.0, mpiexec=None,
+          load=(), shrink=True, shrink_examples=40, confirm=True, log=None) -> Report:
+    """Verify allreduce ``targets`` (TARGET strings, a callable of an importable module, or
+    a list of them) over ``ranks``; returns a :class:`Report` (true when all passed).
+
+    Every case runs in MPI jobs this function starts (``mpiexec``: a command line; default
+    the embedded one); usable from a plain pytest (``assert check("mod:fn", ranks=[2, 3])``).
+    ``shrink``: shrink one failure per target and kind of problem, trying at most
+    ``shrink_examples`` candidates; ``confirm``: rerun the smallest case in a fresh job.
+    """
+    if isinstance(targets, str) or callable(targets):
+        targets = [targets]
+    targets = expand_targets(_spec(t) for t in targets)
+    sizes = ranks if isinstance(ranks, (list, tuple, range)) else parse_ranks(ranks)
+    mpiexec = shlex.split(mpiexec) if isinstance(mpiexec, str) else \
+        (list(mpiexec) if mpiexec else default_mpiexec())
+    load = [os.path.abspath(s) if s.endswith(".py") else s for s in load or ()]
+    jobs = Jobs(mpiexec, load)
+    report = Report(targets, list(sizes), profile, load)
+    started = time.perf_counter()
+    try:
+        for size in sizes:
+            sweep = C.sweep(size, profile, dims)
+            for target in targets:
+                for case in sweep:
+                    result = jobs[size].run(target, case, case_timeout)
+                    report.add(target, size, case, result)
+                    if log and result["verdict"] not in ("pass", "skip"):
+                        log(f"{target} on {size} ranks: {result['verdict']} {_brief(case)}")
+                    if result["verdict"] == "error":        # the target cannot be loaded
+                        break
+        if shrink:
+            for failure in report.first_failures():
+                failure["smallest"] = smallest(jobs, failure, case_timeout, shrink_examples,
+                                               confirm, log)
+    finally:
+        jobs.close()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _spec(target) -> str:
+    if isinstance(target, str):
+        return target
+    import inspect
+
+    if callable(target):
+        return f"{os.path.abspath(inspect.getfile(target))}:{target.__name__}"
+    raise TypeError(f"a target is a TARGET string or a function, got {target!r}")
+
+
+def _brief(case) -> str:
+    skip = {"dim", "seed"}
+    return ", ".join(f"{k}={v}" for k, v in case.items()
+                     if k not in skip and C.BASE.get(k, None) != v or k in ("count", "dtype", "op"))
+
+
+class Report:
+    """Every case's verdict; ``bool(report)`` is whether all passed."""
+
+    def __init__(self, targets, sizes, profile, load):
+        self.targets, self.sizes, self.profile, self.load = targets, sizes, profile, load
+        self.results = []           # {"target", "ranks", "case", "verdict", "problems", ...}
+        self.seconds = 0.0
+
+    def add(self, target, size, case, result):
+        self.results.append({"target": target, "ranks": size, "case": case, **result})
+
+    @property
+    def failures(self):
+        return [r for r in self.results if r["verdict"] not in ("pass", "skip")]
+
+    def __bool__(self):
+        return not self.failures
+
+    def first_failures(self):
+        """One failure per target and kind of problem to shrink: the first seen."""
+        seen, out = set(), []
+        for r in self.failures:
+            if r["verdict"] in ("hang", "crash", "error"):
+                continue
+            key = (r["target"], _kind(r))
+            if key not in seen:
+                seen.add(key)
+                out.append(r)
+        return out
+
+    def table(self) -> str:
+        verdicts = ["pass", "fail", "hang", "crash", "error", "skip"]
+        w = max([len(t) for t in self.targets] + [6]) + 2
+        lines = [f"# {'target':<{w}}{'dimension':<12}" + "".join(f"{v:>7}" for v in verdicts)]
+        for target in self.targets:
+            for dim in C.DIMENSIONS:
+                rows = [r for r in self.results if r["target"] == target
+                        and r["case"]["dim"] == dim]
+                if not rows:
+                    continue
+                counts = [sum(r["verdict"] == v for r in rows) for v in verdicts]
+                lines.append(f"  {target:<{w}}{dim:<12}" + "".join(f"{n:>7}" for n in counts))
+        return "\n".join(lines)
+
+    def text(self) -> str:
+        ok = "PASSED" if self else "FAILED"
+        head = (f"# pyar verify: {', '.join(self.targets)} on ranks "
+                f"{','.join(map(str, self.sizes))}, profile {self.profile}: {len(self.results)} "
+                f"cases in {self.seconds:.0f} s: {ok}")
+        parts = [head, self.table()]
+        for r in self.failures[:40]:
+            parts.append(f"- {r['verdict']}: {r['target']} on {r['ranks']} ranks, {_brief(r['case'])}:"
+                         f" {'; '.join(r['problems'][:3])[:600]}")
+        if len(self.failures) > 40:
+            parts.append(f"- ... and {len(self.failures) - 40} more (--json has them all)")
+        shown = set()
+        for r in self.results:
+            small = r.get("smallest")
+            key = small and (r["target"], small["ranks"], json.dumps(small["case"]))
+            if small and key not in shown:
+                shown.add(key)
+                parts.append(f"\n## smallest failing case of {r['target']} ({r['case']['dim']}): "
+                             f"{small['ranks']} ranks, {_brief(small['case'])}\n"
+                             f"# {small['note']}\n"
+                             f"# {'; '.join(small['problems'][:2])[:400]}\n"
+                             + small["script"])
+        return "\n".join(parts)
+
+    def to_json(self) -> dict:
+        return {"targets": self.targets, "ranks": self.sizes, "profile": self.profile,
+                "passed": bool(self), "seconds": round(self.seconds, 1),
+                "results": self.results}
+
+
+def _kind(result) -> tuple:
+    """What went wrong, in a few words: wrong elements (by float or integer, and op), x
+    modified, out or in place not holding the result, ranks differing, an exception..."""
+    text = " ".join(result["problems"])
+    for kind in ("raised", "x was modified", "does not hold", "differ bitwise",
+                 "user's message", "returned"):
+        if kind in text:
+            return (kind,)
+    case = result["case"]
+    return ("elements wrong", case["dtype"] in C.FLOATS, case["op"])
+
+
+ORDER = {"dtype": ["int32", "int64", "float32", "float64", "int8", "int16", "uint8", "uint16",
+                   "uint32", "uint64", "float16", "bfloat16"],
+         "op": ["sum", "max", "min", "prod", "avg"],
+         "layout": C.LAYOUTS, "mode": C.MODES, "values": C.VALUES}
+
+
+def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None) -> dict:
+    """The smallest failing case hypothesis finds among those no more complex than
+    ``failure``'s, with its reproducer; the failure itself if it finds none smaller."""
+    from hypothesis import HealthCheck, Phase, find, settings, strategies as st
+    from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
+    from hypothesis.errors import NoSuchExample
+
+    case, size, target = failure["case"], failure["ranks"], failure["target"]
+    fresh_job = case["calls"] > 1          # may depend on history: a fresh job per candidate
+    examples = min(examples, 6) if fresh_job else examples
+    tried = [0]
+
+    def options(field):                 # simplest first: hypothesis shrinks towards it
+        return st.integers(0, ORDER[field].index(case[field])).map(ORDER[field].__getitem__)
+
+    fields = {"ranks": st.integers(1, size), "count": st.integers(0, case["count"]),
+              **{f: options(f) for f in ORDER}, "calls": st.integers(1, case["calls"]),
+              "interleave": st.integers(0, int(case["interleave"])).map(bool)}
+    candidates = st.fixed_dictionaries(fields)
+    # The failure itself is hypothesis's first example (replayed from its database, as a
+    # failure of an earlier run would be), so shrinking starts from it.
+    start = [size, case["count"], *(ORDER[f].index(case[f]) for f in ORDER), case["calls"],
+             int(case["interleave"])]
+    database = InMemoryExampleDatabase()
+    database.save(b"pyar-verify", choices_to_bytes(start))
+    found, seen = {}, {}
+
+    def fails(c):
+        candidate = {**case, **{k: v for k, v in c.items() if k != "ranks"}}
+        key = json.dumps([c["ranks"], candidate], sort_keys=True)
+        if key in seen:
+            return seen[key]
+        if not C.valid(candidate) or tried[0] >= examples:
+            return False
+        tried[0] += 1
+        seen[key] = verdict = _fails(c, candidate, key)
+        return verdict
+
+    def _fails(c, candidate, key):
+        job = jobs[c["ranks"]]
+        if fresh_job:
+            job.stop()
+        result = job.run(target, candidate, case_timeout)
+        if result["verdict"] == "fail":
+            found[key] = result["problems"]
+            return True
+        return False
+
+    note = "smallest found by hypothesis"
+    try:
+        best = find(candidates, fails, database_key=b"pyar-verify",
+                    settings=settings(max_examples=examples, database=database, deadline=None,
+                                      phases=[Phase.reuse, Phase.generate, Phase.shrink],
+                                      suppress_health_check=list(HealthCheck)))
+        ranks, small = best["ranks"], {**case, **{k: v for k, v in best.items() if k != "ranks"}}
+        problems = found[json.dumps([ranks, small], sort_keys=True)]
+    except NoSuchExample:
+        ranks, small, problems = size, case, failure["problems"]
+        note = f"hypothesis found no smaller failing case in {tried[0]} tries: the case as seen"
+    note += f" ({tried[0]} candidates run{', each in a fresh job' if fresh_job else ''})"
+    confirmed = None
+    if confirm:
+        job = jobs[ranks]
+        job.stop()
+        confirmed = job.run(target, small, case_timeout)["verdict"] == "fail"
+        note += f"; rerun in a fresh job: {'fails' if confirmed else 'PASSES'}"
+    if log:
+        log(f"{target}: smallest failing case {ranks} ranks, {_brief(small)} ({note})")
+    return {"ranks": ranks, "case": small, "problems": problems, "note": note,
+            "confirmed": confirmed,
+            "script": reproducer(target, ranks, small, jobs.load, case_timeout)}
+
+
+def reproducer(target, ranks, case, load=(), timeout=60) -> str:
+    """A script that runs ``case`` of ``target`` alone, with its mpiexec line first."""
+    if ":" in target and target.split(":")[0].endswith(".py"):
+        path, name = target.rsplit(":", 1)
+        target = f"{os.path.abspath(path)}:{name}"
+    return (f"# timeout -k 5 {int(timeout)} mpiexec -n {ranks} python repro.py\n"
+            f"# (exit status 1 while {target} fails this case, 0 once it passes)\n"
+            f"from pyar.verify import reproduce\n\n"
+            f"case = {case!r}\n"
+            f"raise SystemExit(reproduce({target!r}, case, load={list(load)!r}))\n")
+
+
+def command(args) -> int:
+    """``pyar verify``: what cli.py parsed, run and reported; exit status 0 only if all passed."""
+    dims = C.DIMENSIONS if args.dims is None else [d.strip() for d in args.dims.split(",")
+                                                   if d.strip()]
+    if args.skip:
+        skip = [d.strip() for d in args.skip.split(",") if d.strip()]
+        C.sweep(1, "smoke", skip)               # ValueError naming the dimensions
+        dims = [d for d in dims if d not in skip]
+    if args.case_timeout <= 0:
+        raise ValueError(f"--case-timeout must be > 0 seconds, got {args.case_timeout}")
+    profile = "quick" if args.quick else args.profile
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # jobs end with us (finally)
+    log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else None
+    report = check(args.target, ranks=args.ranks, profile=profile, dims=dims,
+                   case_timeout=args.case_timeout, mpiexec=args.mpiexec, load=args.load,
+                   shrink=not args.no_shrink, log=log)
+    print(report.text(), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report.to_json(), f, indent=1)
+        print(f"# json: {args.json}")
+    if args.repro_dir:
+        os.makedirs(args.repro_dir, exist_ok=True)
+        for i, r in enumerate(x for x in report.results if x.get("smallest")):
+            path = os.path.join(args.repro_dir, f"repro_{i + 1}.py")
+            with open(path, "w") as f:
+                f.write(r["smallest"]["script"])
+            print(f"# reproducer: {path}")
+    return 0 if report else 1

@@ -1,0 +1,282 @@
+"""The MPI side of ``pyar verify``: run cases on a target, judge them, agree on the verdict.
+
+Started by :mod:`pyar.verify.driver` as ``mpiexec -n N python -m mpi4py -m
+pyar.verify.worker [--load SPEC ...]``. Rank 0 reads one JSON request per line on stdin
+(``{"id", "target", "case"}``), every rank runs it, and rank 0 prints the verdict as one
+line ``@@pyar-verify {json}``. Each case gives the target a fresh communicator (freed
+after a case that passed; state a target caches on it dies with it); the verdicts travel
+on another, so a broken target cannot disturb them.
+
+A target is ``allreduce(x, comm, op="sum", out=None) -> array`` (``comm`` an mpi4py
+communicator, ``op`` a name, ``out is x`` in place); it may raise NotImplementedError for
+a dtype or op it does not offer (the case is then skipped, not failed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+from . import cases as C, judge
+
+USER_WAIT = 10.0        # seconds the user's own messages may take to arrive after a call
+
+
+def resolve(spec: str):
+    """The callable a TARGET names: ``mpi``, ``pyar:ALGO`` or ``module:function`` /
+    ``path.py:function`` (through :mod:`pyar.loader`)."""
+    if spec == "mpi":
+        return mpi_allreduce
+    if spec.startswith("pyar:"):
+        import pyar
+
+        name = spec[5:]
+        if name != "auto":
+            from pyar.algorithms import check_name
+            check_name(name)
+
+        def algorithm(x, comm, op="sum", out=None):
+            return pyar.allreduce(x, out=out, op=op, algorithm=name, comm=comm)
+        return algorithm
+    from .. import loader
+
+    if ":" not in spec:
+        raise ValueError(f"target {spec!r}: expected mpi, pyar:ALGORITHM, module:function or "
+                         f"path.py:function")
+    target = loader.load(spec)
+    if not callable(target):
+        raise ValueError(f"target {spec!r} is not callable (got {type(target).__name__})")
+    return target
+
+
+def mpi_allreduce(x, comm, op="sum", out=None):
+    """The MPI library's own MPI_Allreduce as a target (avg: MPI_SUM, then a division).
+    MPI has no float16 or bfloat16: NotImplementedError for those."""
+    from ..executors import mpi
+
+    if x.dtype.itemsize == 2 and x.dtype.kind in "fV":
+        raise NotImplementedError("MPI has no float16 or bfloat16")
+    reduction = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX,
+                 "min": MPI.MIN}[op]
+    send = np.ascontiguousarray(x)
+    result = np.empty_like(send)
+    comm.Allreduce(mpi.typed(send), mpi.typed(result), reduction)
+    if op == "avg":
+        result /= comm.Get_size()
+    if out is None:
+        return result
+    out[...] = result
+    return out
+
+
+class Runner:
+    """One rank's state: the loaded targets and the communicators."""
+
+    def __init__(self, world=None):
+        self.world = world or MPI.COMM_WORLD
+        self.verdicts = self.world.Dup()        # ours alone
+        self.targets = {}
+
+    def target(self, spec):
+        if spec not in self.targets:
+            self.targets[spec] = resolve(spec)
+        return self.targets[spec]
+
+    def run(self, spec: str, case: dict) -> dict:
+        """Run ``case`` on every rank; every rank returns the same verdict."""
+        start = time.perf_counter()
+        try:
+            self.target(spec)
+        except Exception as e:          # the same on every rank: no case can run
+            return {"verdict": "error", "problems": [f"target {spec}: {_one_line(e)}"],
+                    "seconds": 0}
+        comm = self.world.Dup()
+        try:
+            local, digest, skipped = self._calls(spec, case, comm)
+        except Exception as e:          # the verifier's own trouble, e.g. a bad target
+            local, digest, skipped = [f"rank {self.world.Get_rank()}: {_one_line(e)}"], "", False
+        everyone = self._allgather({"problems": local, "digest": digest, "skipped": skipped})
+        problems = [p for r in everyone for p in r["problems"]]
+        digests = {r["digest"] for r in everyone if r["digest"]}
+        if len(digests) > 1:
+            groups = {}
+            for rank, r in enumerate(everyone):
+                groups.setdefault(r["digest"], []).append(rank)
+            problems.append("ranks' results differ bitwise: " + "; ".join(
+                f"ranks {g} agree" for g in groups.values()))
+        skip = any(r["skipped"] for r in everyone) and not problems
+        verdict = "skip" if skip else ("fail" if problems else "pass")
+        if verdict != "fail":                   # a failed call's leftovers may be in flight
+            comm.Free()
+        return {"verdict": verdict, "problems": problems[:8],
+                "seconds": round(time.perf_counter() - start, 4)}
+
+    def _calls(self, spec, case, comm):
+        target = self.target(spec)
+        rank, size = comm.Get_rank(), comm.Get_size()
+        problems, digest = [], ""
+        out_buffer = None
+        for call in range(case["calls"]):
+            mine = C.contribution(case, rank, call)
+            x, base = C.arrays(case, mine)
+            pristine = base.copy()
+            out = None
+            if case["mode"] == "inplace":
+                out = x
+            elif case["mode"] == "out":
+                if out_buffer is None:
+                    out_buffer = np.full(x.shape, 3, x.dtype)
+                out = out_buffer
+            pending = _user_sends(comm, call) if case["interleave"] else None
+            try:
+                result = target(x, comm, op=case["op"], out=out)
+            except NotImplementedError:
+                if pending:
+                    _finish_user(comm, pending, call)
+                return [], "", True
+            except Exception as e:
+                return [f"rank {rank} call {call}: raised {_one_line(e)}"], "", False
+            if pending:
+                problems += _finish_user(comm, pending, call)
+            where = f"rank {rank} call {call}"
+            if not isinstance(result, np.ndarray):
+                problems.append(f"{where}: returned {type(result).__name__}, not a numpy array")
+                continue                        # every rank makes every call: none is left
+            if result.dtype != x.dtype or result.shape != x.shape:    # waiting in one
+                problems.append(f"{where}: returned {result.dtype} {result.shape}, expected "
+                                f"{x.dtype} {x.shape}")
+                continue
+            if case["mode"] == "inplace" and not _same_bits(x, result):
+                problems.append(f"{where}: in place (out=x), but x does not hold the result")
+            if case["mode"] == "out" and not _same_bits(out, result):
+                problems.append(f"{where}: out= given, but out does not hold the result")
+            if case["mode"] != "inplace" and not _same_bits(base, pristine):
+                problems.append(f"{where}: x was modified (not in place)")
+            flat = np.ascontiguousarray(result).reshape(-1)
+            digest = hashlib.sha1(flat.view(np.uint8)).hexdigest() + digest
+            if rank == 0:
+                inputs = [C.contribution(case, r, call) for r in range(size)]
+                bad = judge.wrong(flat, inputs, case["op"], case["dtype"])
+                if bad.size:
+                    problems.append(f"call {call}: " + judge.describe(flat, inputs, bad))
+        return problems, digest, False
+
+    def _allgather(self, mine: dict) -> list:
+        """Every rank's dict, by buffer-based calls on our own communicator."""
+        data = np.frombuffer(json.dumps(mine).encode(), np.uint8)
+        lengths = np.zeros(self.verdicts.Get_size(), np.int64)
+        self.verdicts.Allgather(np.array([data.size], np.int64), lengths)
+        everything = np.empty(int(lengths.sum()), np.uint8)
+        self.verdicts.Allgatherv(data, (everything, lengths))
+        edges = np.concatenate([[0], np.cumsum(lengths)])
+        return [json.loads(everything[a:b].tobytes()) for a, b in zip(edges[:-1], edges[1:])]
+
+    def bcast_line(self, line: str | None) -> str:
+        """Rank 0's request line, on every rank."""
+        data = np.frombuffer((line or "").encode(), np.uint8)
+        n = np.array([data.size], np.int64)
+        self.verdicts.Bcast(n)
+        buf = data.copy() if self.verdicts.Get_rank() == 0 else np.empty(int(n[0]), np.uint8)
+        self.verdicts.Bcast(buf)
+        return buf.tobytes().decode()
+
+
+def _same_bits(a, b) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _user_message(tag, source, call):
+    return np.array([tag, source, 424242, call], np.int64)
+
+
+def _user_sends(comm, call):
+    """The user's own traffic around a call: to the right neighbour, on the target's
+    communicator, with the small tags a library might use too."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    right = (rank + 1) % size
+    messages = [_user_message(t, rank, call) for t in C.TAGS]
+    return [comm.Isend(m, dest=right, tag=t) for m, t in zip(messages, C.TAGS)], messages
+
+
+def _finish_user(comm, pending, call):
+    """Receive the left neighbour's user messages (bounded wait); problems if one is lost."""
+    sends, _ = pending
+    rank, size = comm.Get_rank(), comm.Get_size()
+    left = (rank - 1) % size
+    problems = []
+    boxes = [np.zeros(4, np.int64) for _ in C.TAGS]
+    recvs = [comm.Irecv(b, source=left, tag=t) for b, t in zip(boxes, C.TAGS)]
+    deadline = time.monotonic() + USER_WAIT
+    while not MPI.Request.Testall(recvs) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for tag, req, box in zip(C.TAGS, recvs, boxes):
+        if not req.Test():
+            req.Cancel()
+            problems.append(f"rank {rank} call {call}: the user's message with tag {tag} from "
+                            f"rank {left} never arrived (the target received it?)")
+        elif not np.array_equal(box, _user_message(tag, left, call)):
+            problems.append(f"rank {rank} call {call}: the user's message with tag {tag} from "
+                            f"rank {left} arrived holding {box.tolist()} (the target's data?)")
+    deadline = time.monotonic() + USER_WAIT
+    while not MPI.Request.Testall(sends) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return problems
+
+
+def _one_line(e: BaseException) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{where}"
+
+
+def reproduce(target: str, case: dict, load=()) -> int:
+    """Run one case of ``target`` on COMM_WORLD (every rank calls it); rank 0 prints the
+    verdict. Returns 1 if it fails, 0 if it passes, on every rank (a reproducer's exit)."""
+    from .. import loader
+
+    loader.load_all(load)
+    runner = Runner()
+    result = runner.run(target, case)
+    if runner.world.Get_rank() == 0:
+        print(f"pyar verify {target} on {runner.world.Get_size()} ranks: {result['verdict']}")
+        for p in result["problems"]:
+            print("  " + p)
+        sys.stdout.flush()
+    return 1 if result["verdict"] == "fail" else 0
+
+
+def serve(load=()) -> int:
+    """The job's loop: one request a line on rank 0's stdin, until end of input."""
+    from .. import loader
+
+    loader.load_all(load)
+    runner = Runner()
+    root = runner.world.Get_rank() == 0
+    while True:
+        line = sys.stdin.readline() if root else None
+        line = runner.bcast_line(line.strip() if line else "")
+        if not line:
+            return 0
+        request = json.loads(line)
+        try:
+            result = runner.run(request["target"], request["case"])
+        except Exception as e:                  # e.g. an unloadable target: said, not hidden
+            result = {"verdict": "error", "problems": [_one_line(e)], "seconds": 0}
+        if root:
+            sys.stdout.write(C.PREFIX + json.dumps({"id": request["id"], **result}) + "\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pyar.verify.worker")
+    parser.add_argument("--load", action="append", default=[])
+    sys.exit(serve(parser.parse_args().load))

@@ -1,0 +1,185 @@
+"""The judge of ``pyar verify`` (no MPI): honest results in any order pass, the bugs it is
+for do not; the cases and the reproducers are well formed."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pyar.verify import cases as C, driver, judge
+
+FLOATS = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+NAMES = {np.float16: "float16", ml_dtypes.bfloat16: "bfloat16", np.float32: "float32",
+         np.float64: "float64"}
+
+
+def ordered(inputs, order, fold, dtype):
+    """``inputs`` folded in ``order`` (a permutation), rounding to ``dtype`` at each step."""
+    acc = inputs[order[0]].astype(dtype)
+    for i in order[1:]:
+        acc = fold(acc, inputs[i].astype(dtype)).astype(dtype)
+    return acc
+
+
+def tree(inputs, fold, dtype):
+    """``inputs`` folded pairwise (recursive halving's order)."""
+    level = [x.astype(dtype) for x in inputs]
+    while len(level) > 1:
+        level = [fold(level[i], level[i + 1]).astype(dtype) if i + 1 < len(level)
+                 else level[i] for i in range(0, len(level), 2)]
+    return level[0]
+
+
+@settings(max_examples=80)
+@given(dtype=st.sampled_from(FLOATS), size=st.integers(1, 8), op=st.sampled_from(["sum", "prod"]),
+       data=st.data())
+def test_any_order_of_an_honest_float_sum_or_product_passes(dtype, size, op, data):
+    seed = data.draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+    scale = 2.0 ** rng.integers(-6, 6, (size, 64)) if op == "sum" else 1.0
+    values = rng.standard_normal((size, 64)) * scale if op == "sum" else \
+        rng.uniform(0.5, 2.0, (size, 64)) * rng.choice([-1, 1], (size, 64))
+    inputs = [v.astype(dtype) for v in values]
+    fold = np.add if op == "sum" else np.multiply
+    order = data.draw(st.permutations(range(size)))
+    with np.errstate(over="ignore"):
+        for result in (ordered(inputs, order, fold, dtype), tree(inputs, fold, dtype)):
+            assert judge.wrong(result, inputs, op, NAMES[dtype]).size == 0
+
+
+def test_float32_accumulated_in_float16_is_caught():
+    rng = np.random.default_rng(1)
+    inputs = [(rng.standard_normal(256) * 100).astype(np.float32) for _ in range(4)]
+    half = ordered(inputs, range(4), np.add, np.float16).astype(np.float32)
+    assert judge.wrong(half, inputs, "sum", "float32").size > 100
+
+
+def test_a_float16_sum_that_overflows_in_some_order_is_no_false_alarm():
+    inputs = [np.array([60000.0, 1.0], np.float16), np.array([60000.0, 2.0], np.float16),
+              np.array([-60000.0, 3.0], np.float16)]
+    with np.errstate(over="ignore"):
+        honest = ordered(inputs, [0, 1, 2], np.add, np.float16)   # 60000 + 60000 = inf
+    assert honest[0] == np.inf
+    assert judge.wrong(honest, inputs, "sum", "float16").size == 0
+    assert judge.wrong(ordered(inputs, [0, 2, 1], np.add, np.float16), inputs, "sum",
+                       "float16").size == 0
+    assert judge.wrong(np.array([-np.inf, 6.0], np.float16), inputs, "sum",
+                       "float16").tolist() == [0]            # no order reaches -inf
+    assert judge.wrong(np.array([50000.0, 6.0], np.float16), inputs, "sum",
+                       "float16").tolist() == [0]
+
+
+def test_ieee_specials_give_the_ieee_result():
+    inputs = [np.array([np.inf, np.nan, np.inf, 1.0], np.float32),
+              np.array([1.0, 1.0, -np.inf, np.inf], np.float32)]
+    expected = np.array([np.inf, np.nan, np.nan, np.inf], np.float32)
+    assert judge.wrong(expected, inputs, "sum", "float32").size == 0
+    assert judge.wrong(np.array([np.inf, 2.0, np.nan, np.inf], np.float32), inputs, "sum",
+                       "float32").tolist() == [1]
+
+
+@settings(max_examples=60)
+@given(dtype=st.sampled_from(["int8", "uint8", "int32", "uint64", "int64"]),
+       op=st.sampled_from(["sum", "prod", "max", "min"]), size=st.integers(1, 8),
+       seed=st.integers(0, 2 ** 32 - 1), order=st.randoms(use_true_random=False))
+def test_integers_are_exact_and_wrap_as_in_c(dtype, op, size, seed, order):
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(seed)
+    inputs = [rng.integers(info.min, info.max, 16, dtype=dtype, endpoint=True)
+              for _ in range(size)]
+    fold = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    ranks = list(range(size))
+    order.shuffle(ranks)
+    result = ordered(inputs, ranks, fold, dtype)            # numpy wraps as C does
+    assert judge.wrong(result, inputs, op, dtype).size == 0
+    off = result.copy()
+    off[3] = off[3] ^ np.array(1, dtype)
+    assert judge.wrong(off, inputs, op, dtype).tolist() == [3]
+
+
+def test_64_bit_integers_through_float64_are_caught():
+    inputs = [np.array([2 ** 53 + 1], np.int64), np.array([2], np.int64)]
+    through = (inputs[0].astype(np.float64) + inputs[1].astype(np.float64)).astype(np.int64)
+    assert judge.wrong(through, inputs, "sum", "int64").tolist() == [0]
+
+
+def test_max_min_propagate_nan_and_take_a_zero_of_either_sign():
+    inputs = [np.array([np.nan, 0.0, 1.0], np.float64), np.array([2.0, -0.0, 3.0], np.float64)]
+    assert judge.wrong(np.array([np.nan, -0.0, 3.0]), inputs, "max", "float64").size == 0
+    assert judge.wrong(np.array([np.nan, 0.0, 3.0]), inputs, "max", "float64").size == 0
+    assert judge.wrong(np.array([2.0, 0.0, 3.0]), inputs, "max", "float64").tolist() == [0]
+    assert judge.wrong(np.array([np.nan, 0.0, 1.0]), inputs, "min", "float64").size == 0
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_avg_summed_then_divided_or_divided_then_summed_passes(dtype):
+    rng = np.random.default_rng(3)
+    inputs = [(rng.standard_normal(128) * 8).astype(dtype) for _ in range(5)]
+    size = np.array(5, dtype)
+    after = (ordered(inputs, range(5), np.add, dtype) / size).astype(dtype)
+    before = ordered([(x / size).astype(dtype) for x in inputs], range(5), np.add, dtype)
+    for result in (after, before):
+        assert judge.wrong(result, inputs, "avg", NAMES[dtype]).size == 0
+    assert judge.wrong(ordered(inputs, range(5), np.add, dtype), inputs, "avg",
+                       NAMES[dtype]).size > 64
+
+
+@pytest.mark.parametrize("profile", C.PROFILES)
+@pytest.mark.parametrize("size", [1, 2, 5, 8])
+def test_every_case_of_every_profile_is_valid_and_covers_every_dimension(profile, size):
+    sweep = C.sweep(size, profile)
+    assert {c["dim"] for c in sweep} == set(C.DIMENSIONS)
+    assert all(C.valid(c) for c in sweep)
+    assert {c["dtype"] for c in sweep} == set(C.DTYPES)
+    assert {c["layout"] for c in sweep} >= {"strided", "transposed", "3d"}
+    counts = {c["count"] for c in sweep if c["dim"] == "counts"}
+    assert 0 in counts and 1 in counts and size + 1 in counts
+    if profile == "full":
+        assert {size - 1, size, 127, 2 ** 14 + 1} <= counts
+        assert {(4 << 20) // 4 - 1, (4 << 20) // 4, (4 << 20) // 4 + 1} <= counts
+        assert {c["values"] for c in sweep} == set(C.VALUES)
+
+
+@settings(max_examples=60)
+@given(count=st.integers(0, 300), layout=st.sampled_from(C.LAYOUTS),
+       dtype=st.sampled_from(C.DTYPES))
+def test_a_layout_holds_the_contribution_in_c_order(count, layout, dtype):
+    c = {**C.BASE, "dim": "layouts", "count": count, "layout": layout, "dtype": dtype}
+    flat = C.contribution(c, 1, 0)
+    x, base = C.arrays(c, flat)
+    assert x.size == count and x.dtype == C.dtype_of(c) and x.shape == C.shape_of(c)
+    assert np.ascontiguousarray(x).reshape(-1).tobytes() == flat.tobytes()
+    if count > 1 and layout in ("strided", "transposed") and min(x.shape) > 1:
+        assert not x.flags.c_contiguous
+    assert np.shares_memory(x, base) or count == 0
+
+
+def test_contributions_depend_on_rank_call_and_kind():
+    for v in C.VALUES:
+        for d in C.DTYPES:
+            for o in C.OPS:
+                c = {**C.BASE, "dim": "values", "values": v, "dtype": d, "op": o, "count": 64}
+                if not C.valid(c):
+                    continue
+                a, b = C.contribution(c, 0, 0), C.contribution(c, 1, 0)
+                assert a.dtype == C.dtype_of(c) and a.size == 64
+                assert a.tobytes() != b.tobytes() and a.tobytes() != C.contribution(c, 0, 1).tobytes()
+                assert a.tobytes() == C.contribution(c, 0, 0).tobytes()
+    big = {**C.BASE, "values": "big", "dtype": "int64", "count": 100}
+    assert (C.contribution(big, 0, 0) > 2 ** 53).all()
+
+
+def test_parse_ranks():
+    assert driver.parse_ranks("1-3,5") == [1, 2, 3, 5]
+    assert driver.parse_ranks("2") == [2]
+    for bad in ("0", "x", "3-", ""):
+        with pytest.raises(ValueError, match="rank counts"):
+            driver.parse_ranks(bad)
+
+
+def test_a_reproducer_is_a_script_with_its_mpiexec_line():
+    case = C.sweep(3, "smoke", ["layouts"])[0]
+    script = driver.reproducer("some/where.py:fn", 3, case, ["mod"], 30)
+    assert script.startswith("# timeout -k 5 30 mpiexec -n 3 python repro.py\n")
+    compile(script, "repro.py", "exec")
+    assert "where.py:fn" in script and "load=['mod']" in script

@@ -1,0 +1,121 @@
+"""``pyar verify`` pointed at deliberately broken allreduces (tests/verify_targets/broken.py,
+each wrong under one condition) finds each, shrinks it to a small case whose reproducer
+reproduces it, reports a hang within --case-timeout and goes on; the two correct ones
+(correct.py) pass with no false alarm. Real MPI jobs, started by pyar.verify.check itself."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pyar.verify import check
+
+HERE = Path(__file__).parent / "verify_targets"
+BROKEN = HERE / "broken.py"
+CASE_TIMEOUT = 5
+# target -> (the dimension its bug lives in, what the report must say, largest count the
+# shrunk case may keep)
+BUGS = {"segment_tail": ("counts", "elements wrong", 16385),
+        "reshape_inplace": ("layouts", "elements wrong", 16),
+        "half_wire": ("dtypes", "elements wrong", 16),
+        "stale": ("repeat", "elements wrong", 1031),
+        "shared_tag": ("interleave", "", 1031),
+        "via_float64": ("values", "elements wrong", 16),
+        "fmax": ("values", "elements wrong", 16),
+        "scratch_in_x": ("modes", "x was modified", 16)}
+
+
+@pytest.fixture(scope="module")
+def broken():
+    started = time.monotonic()
+    report = check([f"{BROKEN}:{name}" for name in [*BUGS, "hang_empty"]], ranks=[2],
+                   profile="smoke", case_timeout=CASE_TIMEOUT, confirm=False, shrink_examples=30)
+    return report, time.monotonic() - started
+
+
+def _of(report, name):
+    return [r for r in report.results if r["target"].endswith(":" + name)]
+
+
+@pytest.mark.parametrize("name", list(BUGS))
+def test_each_bug_is_found_where_it_lives_and_nowhere_it_does_not(broken, name):
+    report, _ = broken
+    dim, words, _ = BUGS[name]
+    results = _of(report, name)
+    failed = [r for r in results if r["verdict"] != "pass"]
+    assert any(r["case"]["dim"] == dim for r in failed), \
+        f"{name}: no failure in {dim}\n{report.text()}"
+    assert all(words in " ".join(r["problems"]) for r in failed if r["verdict"] == "fail")
+    assert any(r["verdict"] == "pass" for r in results), f"{name} failed every case"
+    assert not report, "a broken target passed"
+
+
+@pytest.mark.parametrize("name", list(BUGS))
+def test_each_bug_shrinks_to_a_small_case_whose_reproducer_reproduces_it(broken, name,
+                                                                         tmp_path):
+    report, _ = broken
+    small = [r["smallest"] for r in _of(report, name) if r.get("smallest")]
+    assert small, f"{name}: nothing shrunk\n{report.text()}"
+    first = small[0]
+    assert first["case"]["count"] <= BUGS[name][2], first
+    assert first["ranks"] <= 2
+    script = tmp_path / "repro.py"
+    script.write_text(first["script"])
+    line = first["script"].splitlines()[0]
+    assert line.startswith("# timeout -k 5 ") and f"mpiexec -n {first['ranks']} python" in line
+    mpiexec = Path(sys.executable).with_name("mpiexec")
+    proc = subprocess.run(["timeout", "-k", "5", "60", str(mpiexec), "-n", str(first["ranks"]),
+                           sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ": fail" in proc.stdout
+
+
+def test_a_hang_is_reported_with_its_case_and_the_run_goes_on(broken):
+    report, _ = broken
+    results = _of(report, "hang_empty")
+    hung = [r for r in results if r["verdict"] == "hang"]
+    assert hung and all(r["case"]["count"] == 0 for r in hung), report.text()
+    assert all(r["seconds"] <= CASE_TIMEOUT + 5 for r in hung), hung
+    after = results[results.index(hung[0]) + 1:]
+    assert after and all(r["verdict"] == "pass" for r in after)
+    assert f"hang: {BROKEN}:hang_empty on 2 ranks, count=0" in report.text()
+
+
+def test_the_correct_implementations_pass_with_no_false_alarm():
+    report = check([f"{HERE / 'correct.py'}:ring", f"{HERE / 'correct.py'}:mpi_nan"],
+                   ranks=[1, 3], profile="smoke", case_timeout=30)
+    assert report, report.text()
+    skipped = {r["case"]["dtype"] for r in report.results if r["verdict"] == "skip"}
+    assert skipped == {"float16", "bfloat16"}      # MPI has neither: mpi_nan says so
+
+
+def test_the_command_exits_1_on_a_failure_and_writes_json(tmp_path):
+    out = tmp_path / "v.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyar", "verify", f"{BROKEN}:fmax", "--ranks", "2",
+         "--profile", "smoke", "--dims", "values", "--json", str(out), "--no-shrink",
+         "--repro-dir", str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert not data["passed"] and data["ranks"] == [2]
+    assert any(r["verdict"] == "fail" and r["case"]["op"] == "max" for r in data["results"])
+    assert "values" in proc.stdout and "FAILED" in proc.stdout
+
+
+def test_the_command_says_what_it_expected(capsys):
+    from pyar import cli
+
+    for args, words in ((["mpi", "--ranks", "0"], "rank counts >= 1"),
+                        (["mpi", "--dims", "colours"], "unknown dimension"),
+                        (["mpi", "--case-timeout", "0"], "--case-timeout must be > 0")):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["verify", *args])
+        assert e.value.code == 2 and words in capsys.readouterr().err
+    proc = subprocess.run([sys.executable, "-m", "pyar", "verify", "nosuchmodule:fn",
+                           "--ranks", "1", "--profile", "smoke", "--dims", "modes",
+                           "--no-shrink"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no module named 'nosuchmodule'" in proc.stdout

@@ -197,7 +197,9 @@ class Notice:
             return                  # this rank's own call failed already: it knows
         cls = _CLASSES.get(message["error"], errors.PyarError)
         here = ""
-        if owner is not None and owner.seq:
+        if owner is not None and calling:
+            here = f"call #{owner.seq + 1} on rank {self.rank} stopped: "
+        elif owner is not None and owner.seq:
             call = self._mine(owner.seq)[1]
             here = (f"{'a call' if call is None else call[0]} #{owner.seq} on rank "
                     f"{self.rank} stopped: ")

@@ -8,6 +8,13 @@ A blocking call waits for it (on the executor's lean paths when nothing
 else needs attention: no deadline, no hook, nothing in flight); a
 nonblocking one (``iallreduce`` ...) returns it as a :class:`pyar.Request`.
 ``timeout=`` (else ``PYAR_TIMEOUT``) bounds every wait of a call.
+
+Threads: a call holds its communicator's :attr:`Comm.busy` lock, so a call
+from another thread on the same communicator meanwhile raises PyarError
+(MPI's collectives on one communicator must be called in one order on
+every rank, which racing threads cannot keep); different communicators in
+different threads run at once (given MPI_THREAD_MULTIPLE; see
+:mod:`pyar.comm`). Requests may be tested and waited for from any thread.
 """
 
 from __future__ import annotations
@@ -65,6 +72,9 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
                 type(x) is np.ndarray and progress.hook is None and not progress.OPEN and \
                 progress.thread is None:        # (progress.quiet(), inline)
             c = repeat.c
+            busy = c.busy
+            if not busy.acquire(False):
+                c.enter("pyar.allreduce")      # raises: another thread's call is on c
             deadline = None if c.timeout is None else _monotonic() + c.timeout
             try:
                 done = repeat.run(x, out, deadline)
@@ -75,6 +85,8 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
                     raise TimeoutError(f"{what}: {e} (PYAR_TIMEOUT; did every rank call "
                                        f"it, and with the same arguments?)") from None
                 raise
+            finally:
+                busy.release()
             if done is not None:
                 return done
     return _run(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout, False, _remember)
@@ -177,7 +189,8 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
          remember=None):
     """Run ``record``'s collective: validate, pick the algorithm, build the call's run; then
     wait for it (``nonblocking`` False: its result) or put it in flight (its Request)."""
-    with progress.lock():                  # (a progress thread's: one caller at a time)
+    busy = Comm.of(comm).enter(f"pyar.{record.name}")   # (another thread's call: an error)
+    try:
         if not isinstance(x, np.ndarray):  # cupy: pyar.device
             return device.collective(record, x, out, op, algorithm, comm, root, timeout,
                                      nonblocking)
@@ -186,6 +199,8 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
         if nonblocking:
             return progress.start(run)
         return lean() if lean is not None else run.complete()
+    finally:
+        busy.release()
 
 
 def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved) -> None:

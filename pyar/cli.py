@@ -1,11 +1,14 @@
-"""The ``pyar`` command (also ``python -m pyar``): info, bench, overlap, sim, model and tune."""
+"""The pyar command (also python -m pyar): info, bench, overlap, sim, model and tune."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import math
 import os
 import platform
+import re
 import sys
 from importlib import metadata
 
@@ -18,6 +21,42 @@ def _version(package: str) -> str:
 
 
 def info(args) -> int:
+    """Print this rank's facts (:func:`_facts`) once, on rank 0, under mpiexec too: with the
+    lines other ranks see differently under them, and a line per node saying which ranks
+    are there and what they see of CUDA."""
+    from mpi4py import MPI
+
+    from pyar.info import summary
+
+    comm = MPI.COMM_WORLD
+    facts = io.StringIO()
+    with contextlib.redirect_stdout(facts):
+        _facts()
+    lines = comm.gather(facts.getvalue().splitlines(), root=0)
+    if comm.Get_rank() == 0:
+        print("\n".join(summary(lines, comm.gather(_node_facts(), root=0))))
+    else:
+        comm.gather(_node_facts(), root=0)
+    return 0
+
+
+def _node_facts() -> dict:
+    """What ``pyar info`` says of this rank in its per-node summary."""
+    from mpi4py import MPI
+
+    from pyar import device
+    from pyar.executors import cuda
+
+    aware = cuda.awareness()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return {"host": MPI.Get_processor_name(),
+            "cuda": f"CUDA-aware MPI {'yes' if aware.aware else 'no'}; GPU buffers: "
+                    f"{device.gpu_summary()}"
+                    + ("" if visible is None else f"; CUDA_VISIBLE_DEVICES={visible}")}
+
+
+def _facts() -> None:
+    """This rank's lines of ``pyar info``, printed."""
     from mpi4py import MPI
 
     import pyar
@@ -189,7 +228,36 @@ def tune(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+_MARKUP = [(re.compile(r":[a-z]+:`~?([^`]*)`"), r"\1"),   # :func:`x`, :class:`~a.B`
+           (re.compile(r"``([^`]*)``"), r"\1"),              # ``literal``
+           (re.compile(r"`([^`]*)`_?"), r"\1")]              # `title`, `link`_
+
+
+def plain(text: str | None) -> str | None:
+    """``text`` without reStructuredText markup, for ``--help``."""
+    if text is None:
+        return None
+    for pattern, repl in _MARKUP:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Every description and help text of ``parser`` and its subcommands made plain (some come
+    from docstrings); a subcommand without a description gets its one-line help."""
+    parser.description = plain(parser.description)
+    for action in parser._actions:
+        action.help = plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                choice.help = plain(choice.help)
+                sub = action.choices[choice.dest]
+                sub.description = plain(sub.description) or choice.help
+                _plain_help(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``pyar`` command's parser, every help text plain."""
     parser = argparse.ArgumentParser(prog="pyar", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, the MPI library, the registered algorithms")
@@ -206,8 +274,12 @@ def main(argv=None) -> int:
                    help="1: check every row against the MPI library's result (default); 0: don't")
     p.add_argument("-a", "--algo", default="all,auto",
                    help="comma list of algorithms; 'all' = every registered one (default all,auto)")
-    p.add_argument("-d", "--dtype", default="float32")
-    p.add_argument("-o", "--op", default="sum")
+    p.add_argument("-d", "--dtype", default="float32",
+                   help="element type: int8 ... uint64, float16, bfloat16, float32, float64 "
+                        "(default float32)")
+    p.add_argument("-o", "--op", default="sum",
+                   help="reduction: sum, prod, max, min or avg (default sum; ignored by "
+                        "collectives that do not reduce)")
     p.add_argument("--collective", default="allreduce",
                    help="allreduce, reduce_scatter, allgather, reduce, bcast or alltoall "
                         "(default allreduce)")
@@ -215,7 +287,8 @@ def main(argv=None) -> int:
                    help="also time torch.distributed's gloo (needs torch)")
     p.add_argument("--json", metavar="FILE", help="write the configuration and every row")
     p.add_argument("--plot", metavar="FILE.png",
-                   help="draw busbw against size (needs matplotlib: pip install 'pyar[plot]')")
+                   help="draw time and busbw against size, out of place and in place "
+                        "(needs matplotlib: pip install 'pyar[plot]')")
     p = sub.add_parser("overlap", help="how much of a step's gradient allreduces nonblocking "
                                        "calls hide behind compute (run under mpiexec)")
     p.add_argument("--buckets", type=int, default=4, help="buckets per step (default 4)")
@@ -228,11 +301,14 @@ def main(argv=None) -> int:
     p.add_argument("-a", "--algo", default="auto", help="allreduce algorithm (default auto)")
     p = sub.add_parser("sim", help="simulate algorithms for many ranks in this process: "
                                    "steps, traffic, time, correctness")
-    p.add_argument("-a", "--algo", default="all", help="comma list of algorithms, or all")
-    p.add_argument("-n", "--nranks", type=int, default=64)
-    p.add_argument("-c", "--count", type=int, default=4096, help="elements per rank")
-    p.add_argument("-d", "--dtype", default="float32")
-    p.add_argument("-o", "--op", default="sum")
+    p.add_argument("-a", "--algo", default="all",
+                   help="comma list of algorithms, or all (default all)")
+    p.add_argument("-n", "--nranks", type=int, default=64, help="ranks (default 64)")
+    p.add_argument("-c", "--count", type=int, default=4096,
+                   help="elements per rank (default 4096)")
+    p.add_argument("-d", "--dtype", default="float32", help="element type (default float32)")
+    p.add_argument("-o", "--op", default="sum",
+                   help="sum, prod, max, min or avg (default sum)")
     p.add_argument("--ranks-per-node", type=int, default=0,
                    help="emulate nodes of this many ranks (inter-node bytes: total over ranks)")
     p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model, "
@@ -243,8 +319,9 @@ def main(argv=None) -> int:
     p.add_argument("--bytes", default="1M",
                    help="size of the collective's buffer, e.g. 8, 64K, 1M (allgather: all N "
                         "blocks, as nccl-tests counts it)")
-    p.add_argument("-d", "--dtype", default="float32")
-    p.add_argument("--collective", default="allreduce", help="default allreduce")
+    p.add_argument("-d", "--dtype", default="float32", help="element type (default float32)")
+    p.add_argument("--collective", default="allreduce",
+                   help="the collective to cost (default allreduce)")
     p.add_argument("--schedule", action="store_true",
                    help="cost the schedules themselves, not the built-in closed forms")
     p.add_argument("--ranks-per-node", type=int, default=None, metavar="K",
@@ -255,6 +332,12 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", default=None,
                    help="the file to write (default: $PYAR_TUNING_FILE, else "
                         "$XDG_CACHE_HOME/pyar/tuning.json)")
+    _plain_help(parser)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return {"info": info, "bench": bench, "overlap": overlap, "sim": sim, "model": model,

@@ -10,7 +10,7 @@ BENCH_OUT ?= bench-allreduce
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 
-.PHONY: run test test-mpi bench bench-kernels gpu-check examples clean
+.PHONY: run test test-quick test-mpi bench bench-kernels gpu-check examples clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,14 @@ run: $(VENV)/.kernels
 	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m mpi4py -m pyar bench -b 8 -e 64M -f 2 -a all,auto \
 	  --json $(BENCH_OUT).json --plot $(BENCH_OUT).png
 
+# Everything: the pure tests, then the MPI matrix (each run says its rank count, setting and
+# time as it goes); the 30 slowest tests at the end.
 test: $(VENV)/.kernels
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=30
+
+# The edit-test loop: the pure tests, none that launches mpiexec (under 2 minutes).
+test-quick: $(VENV)/.kernels
+	$(PY) -m pytest tests -q -m "not mpiexec" -x
 
 # The MPI tests alone, at one rank count: make test-mpi NP=3
 test-mpi: $(VENV)/.kernels

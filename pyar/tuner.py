@@ -96,8 +96,13 @@ def _parse_override(text: str, registered_generation: int) -> dict:
 def forced(text: str, collective: str) -> str | None:
     """The algorithm the PYAR_ALGO value ``text`` names for ``collective``: its own entry,
     else the bare name if ``collective`` has it, else None (auto); ValueError if ``text``
-    names anything unknown, whichever collective asks."""
-    table = _parse_override(text, generation[0])
+    names anything unknown, whichever collective asks (memoised)."""
+    return _forced(text, collective, generation[0])
+
+
+@functools.lru_cache(maxsize=64)
+def _forced(text: str, collective: str, registered_generation: int) -> str | None:
+    table = _parse_override(text, registered_generation)
     name = table.get(collective)
     if name is None:
         name = table.get(None)

@@ -181,6 +181,9 @@ def collective(name: str, x, out=None, *, op="sum", root=0, algorithm="auto", co
     """Any registered collective by name (one added with ``register_collective`` too), with
     the arguments its record takes; a :class:`pyar.Request` if ``nonblocking``."""
     record = record_of(name)
+    if root and not record.rooted:      # (it ran a rooted schedule: data left unreduced)
+        rooted = [r.name for r in records() if r.rooted]
+        raise ValueError(f"root is for {rooted}, not {name!r}")
     return _run(record, x, out, op if record.reduces else None, algorithm, comm, root,
                 timeout, nonblocking)
 

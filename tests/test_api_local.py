@@ -186,3 +186,9 @@ def test_a_read_only_x_worked_in_place_is_named_x(call):
     out.flags.writeable = False
     with pytest.raises(ValueError, match="^out is read-only"):
         pyar.allreduce(x, out)
+
+
+def test_a_root_for_a_collective_without_one_is_an_error():
+    """pyar.collective("reduce_scatter", x, root=2) returned x's block unreduced."""
+    with pytest.raises(ValueError, match="root is for .*'reduce', .*not 'reduce_scatter'"):
+        pyar.collective("reduce_scatter", np.ones(4), root=1, comm=MPI.COMM_SELF)

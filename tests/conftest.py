@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ def pytest_ignore_collect(collection_path, config):
                        for arg in config.args)
     return None
 
-settings.register_profile("pyar", deadline=None, max_examples=60,
+# PYAR_TEST_EXAMPLES: fewer examples per property (make test-quick draws 20)
+settings.register_profile("pyar", deadline=None,
+                          max_examples=int(os.environ.get("PYAR_TEST_EXAMPLES", "60")),
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("pyar")
 

@@ -7,6 +7,8 @@ PY       := $(VENV)/bin/python
 MPIEXEC  ?= $(VENV)/bin/mpiexec
 NP       ?= 4
 BENCH_OUT ?= bench-allreduce
+# What the venv installs: the torch extra too, so its tests run (the pinned CPU build: ~30 s)
+EXTRAS   ?= test,plot,torch
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 
@@ -15,7 +17,7 @@ TIMEOUT  ?= timeout -k 10 300
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,plot]'
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
 # Compile the Numba kernels into their cache in one process, before any mpiexec (ranks then

@@ -2,10 +2,12 @@
 
 __version__ = "0.1.0"
 
+from . import compression
 from .algorithms import algorithms, register_algorithm
 from .api import (allgather, allreduce, alltoall, barrier, bcast, collective, iallgather,
                   iallreduce, ialltoall, ibarrier, ibcast, ireduce, ireduce_scatter, reduce,
                   reduce_scatter, schedule, simulate)
+from .buckets import GradientBuckets
 from .collectives import Collective, register_collective
 from .comm import Comm
 from .errors import MismatchError, PyarError, ScheduleError, TimeoutError
@@ -17,10 +19,10 @@ from .executors import progress as _progress  # noqa: E402  (PYAR_PROGRESS_THREA
 _progress.from_environment()
 
 __all__ = [
-    "Collective", "Comm", "MismatchError", "Op", "Progress", "PyarError", "Request",
-    "ScheduleError", "TimeoutError", "Topology", "algorithms", "allgather", "allreduce",
-    "alltoall", "barrier", "bcast", "collective", "iallgather", "iallreduce", "ialltoall",
-    "ibarrier", "ibcast", "ireduce", "ireduce_scatter", "reduce", "reduce_scatter",
-    "register_algorithm", "register_collective", "schedule", "simulate", "test_any",
-    "wait_all",
+    "Collective", "Comm", "GradientBuckets", "MismatchError", "Op", "Progress", "PyarError",
+    "Request", "ScheduleError", "TimeoutError", "Topology", "algorithms", "allgather",
+    "allreduce", "alltoall", "barrier", "bcast", "collective", "compression", "iallgather",
+    "iallreduce", "ialltoall", "ibarrier", "ibcast", "ireduce", "ireduce_scatter", "reduce",
+    "reduce_scatter", "register_algorithm", "register_collective", "schedule", "simulate",
+    "test_any", "wait_all",
 ]

@@ -194,7 +194,11 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
     wait for it (``nonblocking`` False: its result) or put it in flight (its Request)."""
     busy = Comm.of(comm).enter(f"pyar.{record.name}")   # (another thread's call: an error)
     try:
-        if not isinstance(x, np.ndarray):  # cupy: pyar.device
+        if not isinstance(x, np.ndarray):  # torch: pyar.torch; cupy: pyar.device
+            if type(x).__module__.startswith("torch"):
+                from . import torch as _torch
+                return _torch.collective(record, x, out, op, algorithm, comm, root, timeout,
+                                         nonblocking)
             return device.collective(record, x, out, op, algorithm, comm, root, timeout,
                                      nonblocking)
         run, lean = calls.build(record, x, out, op, algorithm, comm, root, timeout,

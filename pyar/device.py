@@ -40,14 +40,17 @@ from .executors import cuda, progress
 __all__ = ["collective", "gpu_summary"]
 
 
-def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking):
+def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking, then=None):
     """``record``'s collective on the cupy array ``x`` (arguments as :mod:`pyar.api`'s); a
-    :class:`pyar.Request` if ``nonblocking``."""
+    :class:`pyar.Request` if ``nonblocking``. ``then(result)`` maps the result, if given."""
     cupy = _cupy_of(x, "x")
     op, c = calls.checked(record, x, op, comm, root)
     target = _target(record, x, out, c, root)
     way = _direct if cuda.awareness().aware else _staged
     run = way(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking)
+    if then is not None:
+        finish = run.finish
+        run.finish = lambda: then(finish())
     return progress.start(run) if nonblocking else run.complete()
 
 

@@ -126,6 +126,18 @@ try:
     raise AssertionError("a wrong out shape was accepted")
 except ValueError as e:
     assert "shape (2, 5)" in str(e), e
+# GradientBuckets over device arrays: each bucket's average as on numpy
+layout = [((3, 4), "float32"), ((5,), "float64"), ((2, 2), "float32")]
+for views in (False, True):
+    grads = [cp.asarray(sample(shape, dtype)) for shape, dtype in layout]
+    buckets = pyar.GradientBuckets(grads, comm=comm, views=views)
+    for i in (2, 0, 1):
+        buckets.ready(i)
+    buckets.wait()
+    for g, (shape, dtype) in zip(buckets.grads, layout):
+        expected = pyar.allreduce(sample(shape, dtype), op="avg", comm=comm)
+        assert isinstance(g, cp.ndarray) and np.allclose(cp.asnumpy(g), expected), \
+            f"rank {rank}: GradientBuckets(views={views}) on device arrays"
 cp.cuda.get_current_stream().synchronize()
 comm.mpi.Barrier()
 if rank == 0:

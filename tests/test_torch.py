@@ -1,0 +1,71 @@
+"""pyar.torch on one rank: tensors in and out of the collectives without copies, bfloat16,
+nonblocking results, and GradientBuckets over tensors. Skipped without torch (the extra)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import pyar  # noqa: E402
+import pyar.torch as pt  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                   torch.int32])
+def test_as_array_shares_the_tensors_memory(dtype):
+    t = torch.arange(12).to(dtype).reshape(3, 4)
+    a = pt.as_array(t)
+    assert a.ctypes.data == t.data_ptr() and a.shape == (3, 4)
+    a[0, 0] = 5
+    assert float(t[0, 0]) == 5
+    back = pt.as_tensor(a)
+    assert back.dtype == dtype and back.data_ptr() == t.data_ptr()
+
+
+def test_collectives_take_and_return_tensors():
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    y = pyar.allreduce(x, op="avg")
+    assert isinstance(y, torch.Tensor) and y.data_ptr() != x.data_ptr() and torch.equal(y, x)
+    assert pyar.allreduce(x, x) is x                         # in place: x itself
+    out = torch.empty(2, 3)
+    assert pyar.allreduce(x, out) is out and torch.equal(out, x)
+    b = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    assert torch.equal(pyar.allreduce(b), b) and pyar.allreduce(b).dtype == torch.bfloat16
+    r = pyar.iallreduce(x)
+    assert torch.equal(r.wait(), x) and isinstance(r.result, torch.Tensor)
+    assert pyar.allgather(x).shape == (1, 2, 3)
+    w = torch.ones(3, requires_grad=True)                    # a parameter: read detached
+    assert torch.equal(pyar.allreduce(w), torch.ones(3))
+    strided = torch.arange(10.0)[::2]                        # non-contiguous: copied, not misread
+    assert torch.equal(pyar.allreduce(strided), strided)
+
+
+def test_mismatched_out_is_refused():
+    with pytest.raises(ValueError, match="shape"):
+        pyar.allreduce(torch.ones(3), torch.ones(4))
+    with pytest.raises(TypeError, match="CPU and CUDA"):
+        pt.as_array(torch.ones(2, device="meta"))
+
+
+def test_gradient_buckets_over_tensors():
+    from mpi4py import MPI
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    model(torch.randn(5, 4)).sum().backward()
+    grads = [p.grad for p in model.parameters()]
+    before = [g.clone() for g in grads]
+    b = pyar.GradientBuckets(grads, comm=MPI.COMM_SELF, compression="fp16")
+    for i in range(len(grads)):
+        b.ready(i)
+    b.wait()
+    for g, e in zip(grads, before):      # written in place, through the shared memory
+        assert torch.allclose(g, e, rtol=2e-3, atol=1e-4)
+
+
+def test_gradient_buckets_views_are_tensors_in_the_buckets():
+    from mpi4py import MPI
+
+    grads = [torch.ones(3), torch.full((2, 2), 2.0)]
+    b = pyar.GradientBuckets(grads, comm=MPI.COMM_SELF, views=True)
+    assert all(isinstance(g, torch.Tensor) for g in b.grads)
+    assert b.grads[1].data_ptr() == b.flat[0].ctypes.data           # reversed: gradient 1 first
+    assert torch.equal(b.grads[0], torch.ones(3)) and b.grads[0].data_ptr() != grads[0].data_ptr()

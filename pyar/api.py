@@ -19,11 +19,12 @@ different threads run at once (given MPI_THREAD_MULTIPLE; see
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
 
-from . import calls, device, ops, schedule as _schedule, tuner
+from . import calls, device, ops, recorder, schedule as _schedule, tuner
 from .algorithms import builder, generation as _generation
 from .collectives import Collective, collective as record_of, records
 from .collectives.allgather import ALLGATHER
@@ -34,10 +35,10 @@ from .collectives.bcast import BCAST
 from .collectives.reduce import REDUCE
 from .collectives.reduce_scatter import REDUCE_SCATTER
 from .comm import Comm
-from .executors import progress
+from .executors import notice, progress
 from .executors.mpi import Plan
 from .executors.progress import Request
-from .errors import TimeoutError
+from .errors import PyarError, TimeoutError
 from .executors.sim import SimResult, simulate
 from .ops import Op
 
@@ -76,19 +77,34 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
             if not busy.acquire(False):
                 c.enter("pyar.allreduce")      # raises: another thread's call is on c
             deadline = None if c.timeout is None else _monotonic() + c.timeout
+            rec = c.recorder
+            if rec is not None:                 # the flight recorder's record, inline
+                f = _getframe(1)
+                entry = [c.seq + 1, repeat.sig, f.f_code, f.f_lasti, _clock(), None, None,
+                         algorithm]
+                rec.calls.append(entry)
             try:
                 done = repeat.run(x, out, deadline)
             except BaseException as e:          # mid-way: out of step, as calls.build says
                 what = f"allreduce #{c.seq} on rank {c.rank} ({x.size} {x.dtype})"
                 c.abandon(what, e)
-                if isinstance(e, TimeoutError):
-                    raise TimeoutError(f"{what}: {e} (PYAR_TIMEOUT; did every rank call "
-                                       f"it, and with the same arguments?)") from None
+                own = isinstance(e, TimeoutError) and getattr(e, "failed_rank", None) is None
+                if own:                         # (not a peer's, told by a notice)
+                    e = TimeoutError(f"{what}: {e} (PYAR_TIMEOUT; did every rank call it, "
+                                     f"and with the same arguments?)")
+                if rec is not None:
+                    recorder.failed(entry, e)
+                if own:
+                    raise e from None
                 raise
             finally:
                 busy.release()
             if done is not None:
+                if rec is not None:
+                    entry[5] = _clock()         # (recorder.ENDED)
                 return done
+            if rec is not None:                 # the full path records it
+                rec.calls.pop()
     return _run(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout, False, _remember)
 
 
@@ -201,25 +217,32 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
                                          nonblocking)
             return device.collective(record, x, out, op, algorithm, comm, root, timeout,
                                      nonblocking)
-        run, lean = calls.build(record, x, out, op, algorithm, comm, root, timeout,
-                                nonblocking, remember)
-        if nonblocking:
-            return progress.start(run)
-        return lean() if lean is not None else run.complete()
+        try:
+            run, lean = calls.build(record, x, out, op, algorithm, comm, root, timeout,
+                                    nonblocking, remember)
+            if nonblocking:
+                return progress.start(run)
+            return lean() if lean is not None else run.complete()
+        except PyarError as e:      # (a run's own failure has been recorded already)
+            recorder.failed(None, e)
+            raise
     finally:
         busy.release()
 
 
-def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved) -> None:
+def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, call,
+              entry) -> None:
     """Keep a checked allreduce signature for :class:`_Repeat` (after its first lean call; not
-    the MPI library's, which must take the same path on every rank)."""
-    if plan is None:
+    the MPI library's, which must take the same path on every rank, nor on a Comm that checks
+    every call)."""
+    if plan is None or c.check:
         return
     if len(_repeats) >= _REPEATS_KEPT:
         _repeats.clear()
     plan = plan.base                # not its out-of-place variant
     _repeats[x.dtype, x.shape, id(op), algorithm, id(comm), _overrides(), _generation[0]] = \
-        _Repeat(op, comm, c, plan, x, reduction, resolved is Op.AVG)
+        _Repeat(op, comm, c, plan, x, reduction, resolved is Op.AVG, call,
+                None if entry is None else entry[recorder.SIG])
 
 
 class _Repeat:
@@ -237,12 +260,16 @@ class _Repeat:
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
-                 "last", "bound", "target")
+                 "last", "bound", "target", "call", "entry", "sig")
 
-    def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool):
+    def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool, call,
+                 sig=None):
         self.op, self.comm, self.c, self.plan = op, comm, c, plan
+        self.sig = sig              # the call's fingerprint, for the flight recorder
         self.reduction, self.avg = reduction, avg
-        self.resident = plan.resident(c.mpi, x.dtype, reduction)
+        self.call = call            # as calls.build made it; and Comm.recent's entry of it
+        self.entry = (notice.fingerprint(call), call)
+        self.resident = plan.resident(c.mpi, x.dtype, reduction, call)
         self.shaped = None if self.resident is None else self.resident.data.reshape(x.shape)
         self.last = self.bound = self.target = None
 
@@ -257,8 +284,10 @@ class _Repeat:
                 if out.shape != x.shape or out.dtype != x.dtype:
                     return None
                 out[...] = x
-            self.c.seq += 1
-            self.bound.run(deadline)
+            c = self.c
+            seq = c.seq = c.seq + 1
+            c.recent[seq % _RECENT] = self.entry
+            self.bound.run(deadline, seq)
             if self.avg:
                 ops.finalize(self.bound.data, Op.AVG, self.c.size)
             return out
@@ -271,8 +300,10 @@ class _Repeat:
                     return self._bind(out).run(x, out)
                 self.last = out
             shaped[...] = x
-            self.c.seq += 1
-            self.resident.run(deadline)
+            c = self.c
+            seq = c.seq = c.seq + 1
+            c.recent[seq % _RECENT] = self.entry
+            self.resident.run(deadline, seq)
             if self.avg:
                 ops.finalize(self.resident.data, Op.AVG, self.c.size)
             if out is None:
@@ -298,10 +329,10 @@ class _Repeat:
         data = result.reshape(-1)
         c = self.c
         if result is x:
-            self.plan.run(c.mpi, c.next_tag(), data, self.reduction)
+            self.plan.run(c.mpi, c.next_tag(self.entry), data, self.reduction)
         else:
-            self.plan.out_of_place().run(c.mpi, c.next_tag(), data, self.reduction,
-                                         x.reshape(-1))
+            self.plan.out_of_place().run(c.mpi, c.next_tag(self.entry), data,
+                                         self.reduction, x.reshape(-1))
         if self.avg:
             ops.finalize(data, Op.AVG, c.size)
         return result
@@ -310,7 +341,8 @@ class _Repeat:
         """Run from now on in ``out``'s own memory (the previous binding is freed)."""
         if self.bound is not None:
             self.bound.free()
-        self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction)
+        self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction,
+                                    self.call)
         self.target, self.last = out, None
         return self
 
@@ -324,7 +356,10 @@ def _writable_like(out, x) -> bool:
 _repeats: dict = {}
 _REPEATS_KEPT = 256
 _overrides = tuner.overrides
+_RECENT = notice.RECENT
 _monotonic = time.monotonic
+_clock = recorder.clock
+_getframe = sys._getframe
 
 
 def _forget(c: Comm) -> None:

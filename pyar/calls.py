@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import buffers, ops, schedule as _schedule, tuner
+from . import buffers, ops, recorder, schedule as _schedule, tuner
 from .algorithms import LIBRARY, builder
 from .comm import Comm
 from .errors import MismatchError, ScheduleError
-from .executors import progress
+from .executors import notice, progress
 from .executors.mpi import RESIDENT_BYTES, Library, Plan
 from .executors.progress import Run
 from .kernels import HALF
@@ -39,18 +39,29 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                         x.dtype, topology=c.topology)
     reduction = None if op is None else op.reduction
     deadline = progress.deadline_of(timeout)
-    tag = c.next_tag()
+    call = (record.name, "-" if op is None else op.value, x.dtype.name, count, int(root), name)
+    tag = c.next_tag((notice.fingerprint(call), call))
     what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
+    entry = None if c.recorder is None and progress.hook is None else recorder.enter(
+        c.recorder, c.seq, (record.name, None if op is None else op.value, x.dtype.name,
+                            x.size, x.shape, root, name), algorithm)
     direct = (record.direct and name != LIBRARY and x.nbytes > RESIDENT_BYTES
               and x.flags.c_contiguous and buffers.apart(x, out))
-    try:            # out's checks: on a first call, agreed with the others (it writes out)
-        work, refused = record.prepare(x, out, c.rank, c.size, root, copy=not direct), None
-    except (ValueError, TypeError) as e:
-        work, refused = None, e
-    plan = None if name == LIBRARY else compiled(c, record.name, name, count, root, deadline,
-                                                 what, refused)
-    if refused is not None:
-        raise refused
+    try:
+        if c.check:
+            c.check_call(call, deadline, what)
+        try:        # out's checks: on a first call, agreed with the others (it writes out)
+            work, refused = record.prepare(x, out, c.rank, c.size, root, copy=not direct), None
+        except (ValueError, TypeError) as e:
+            work, refused = None, e
+        plan = None if name == LIBRARY else compiled(c, record.name, name, count, root,
+                                                     deadline, what, refused)
+        if refused is not None:
+            raise refused
+    except BaseException:       # before any message, as every rank learnt (agreed): the
+        if c.broken is None:    # call's number is left with no call, alike on every rank
+            c.recent[c.seq % notice.RECENT] = (1, None)
+        raise
     if direct:
         plan = plan.out_of_place()
     source = x.reshape(-1) if direct else None
@@ -58,6 +69,8 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
     abandon = None
 
     def finish():
+        if entry is not None:
+            entry[recorder.ENDED] = recorder.clock()
         if op is Op.AVG and work.reduced is not None:
             ops.finalize(work.reduced, op, c.size)
         result = work.finish()
@@ -67,6 +80,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
         if abandon is not None:
             abandon()
         c.abandon(what, error)
+        recorder.failed(entry, error)
 
     if not nonblocking and deadline is None and progress.quiet():
         def lean():
@@ -74,12 +88,12 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                 if plan is None:
                     step.run(None, None, None, None)
                 else:
-                    plan.run(c.mpi, tag, work.data, reduction, source)
+                    plan.run(c.mpi, tag, work.data, reduction, source, call, c.seq)
             except BaseException as e:
                 failed(e)
                 raise
             if remember is not None:
-                remember(x, given_op, algorithm, comm, c, plan, reduction, op)
+                remember(x, given_op, algorithm, comm, c, plan, reduction, op, call, entry)
             return finish()
         return None, lean
     if remember is not None and not nonblocking:     # blocking, with a deadline
@@ -87,20 +101,20 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
 
         def finish():
             result = checked_finish()
-            remember(x, given_op, algorithm, comm, c, plan, reduction, op)
+            remember(x, given_op, algorithm, comm, c, plan, reduction, op, call, entry)
             return result
     if plan is None:
         steps, ctx, done = [step], None, None
     else:
         steps, ctx, done, abandon = plan.execution(c.mpi, tag, work.data, reduction, source,
-                                                   alone=not nonblocking)
+                                                   not nonblocking, call, c.seq)
     if done is not None:
         end = finish
 
         def finish():
             done()
             return end()
-    return Run(steps, ctx, finish, what, failed, deadline), None
+    return Run(steps, ctx, finish, what, failed, deadline, (entry, c)), None
 
 
 def library(record, c, x, work, reduction, root) -> Library:
@@ -129,6 +143,7 @@ def checked(record, x, op, comm, root):
         op = ops.resolve(op)
         ops.check(op, x.dtype)
     c = Comm.of(comm)
+    c.notice.receive(True)  # a peer's failure known already raises here
     c.check_usable()
     if record.rooted:
         check_root(root, c.size)

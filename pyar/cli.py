@@ -1,4 +1,5 @@
-"""The pyar command (also python -m pyar): info, bench, overlap, sim, model and tune."""
+"""The pyar command (also python -m pyar): info, bench, overlap, sim, model, tune,
+doctor and trace."""
 
 from __future__ import annotations
 
@@ -89,6 +90,8 @@ def bench(args) -> int:
 
     if args.plot:
         b.pyplot()                      # missing matplotlib fails before anything is timed
+    if args.trace:
+        os.environ["PYAR_TRACE"] = args.trace     # read when the first Comm is made
     report = b.run(collective=args.collective, minbytes=args.minbytes, maxbytes=args.maxbytes,
                    stepfactor=args.stepfactor, iters=args.iters, warmup=args.warmup,
                    check=args.check, algos=args.algo, dtype=args.dtype, op=args.op,
@@ -101,6 +104,18 @@ def bench(args) -> int:
             b.plot(report, args.plot)
             print(f"# plot: {args.plot}", flush=True)
     return 1 if report["summary"]["wrong"] else 0
+
+
+def doctor(args) -> int:
+    from pyar import doctor as d
+
+    return d.main(args.dir)
+
+
+def trace(args) -> int:
+    from pyar import trace as t
+
+    return t.main(args.file, args.plot)
 
 
 def overlap(args) -> int:
@@ -289,6 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw time and busbw against size, out of place and in place "
                         "(needs matplotlib: pip install 'pyar[plot]')")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="write a timeline of every call (PYAR_TRACE; calls then take the "
+                        "instrumented path: slower than untraced)")
+    p = sub.add_parser("doctor", help="merge the flight recorder's dumps and say what happened")
+    p.add_argument("dir", help="PYAR_DUMP_DIR, or the pyar-dump-* folder a job wrote")
+    p = sub.add_parser("trace", help="check and summarize a PYAR_TRACE timeline; draw it")
+    p.add_argument("file", help="the trace (its per-rank parts are merged if it is missing)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the timeline (needs matplotlib)")
     p = sub.add_parser("overlap", help="how much of a step's gradient allreduces nonblocking "
                                        "calls hide behind compute (run under mpiexec)")
     p.add_argument("--buckets", type=int, default=4, help="buckets per step (default 4)")
@@ -341,7 +364,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"info": info, "bench": bench, "overlap": overlap, "sim": sim, "model": model,
-                "tune": tune}[args.command](args)
+                "tune": tune, "doctor": doctor, "trace": trace}[args.command](args)
     except (ValueError, TypeError) as e:
         parser.exit(2, f"pyar {args.command}: {e}\n")
 

@@ -17,19 +17,55 @@ communicator, and the second raises.
 
 from __future__ import annotations
 
+import os
 import threading
 import zlib
 
 import numpy as np
 from mpi4py import MPI
 
-from . import settings
-from .errors import PyarError, TimeoutError
-from .executors import progress
-from .executors.mpi import RESIDENT_TAG
+from . import log, recorder, settings, trace
+from .errors import MismatchError, PyarError, TimeoutError
+from .executors import notice, progress
+from .executors.mpi import tag_bits
 from .topology import Topology
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
+
+
+_WORDS = 512           # bytes of a rank's call in words, in check_call's error path
+
+
+def _check_setting() -> bool:
+    """``PYAR_CHECK``: 1 checks every call across the ranks (:meth:`Comm.check_call`)."""
+    text = os.environ.get("PYAR_CHECK", "").strip()
+    if text not in ("", "0", "1"):
+        raise ValueError(f"PYAR_CHECK must be 0 or 1, got {text!r}")
+    return text == "1"
+
+
+def _agreed_check(comm: MPI.Comm, check) -> bool:
+    """``check``, once every rank of ``comm`` has the same (else ValueError on every rank)."""
+    if not isinstance(check, bool):
+        raise TypeError(f"check must be True or False, got {check!r}")
+    votes = np.array([check, -check], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, votes, MPI.MIN)
+    if votes[0] != -votes[1]:
+        raise ValueError(f"check (PYAR_CHECK) must be the same on every rank; here, on rank "
+                         f"{comm.Get_rank()}: {check}")
+    return check
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 3`` or ``ranks 0-2, 5``."""
+    runs, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            runs.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(runs)
 
 
 def _free_duplicate(comm, keyval, attr):
@@ -66,10 +102,12 @@ class Comm:
     Creating one duplicates ``comm``: a collective call on every rank, which
     first checks every rank's ``PYAR_*`` settings (:func:`pyar.settings.agree`).
     Functions taking ``comm=`` accept either and reuse one Comm per
-    communicator.
+    communicator. ``check=True`` (default: ``PYAR_CHECK=1``; the same on every
+    rank) compares every call's fingerprint across the ranks before it runs
+    (:meth:`check_call`).
     """
 
-    def __init__(self, comm: MPI.Comm | None = None):
+    def __init__(self, comm: MPI.Comm | None = None, *, check: bool | None = None):
         base = MPI.COMM_WORLD if comm is None else comm
         if not isinstance(base, MPI.Comm) or base == MPI.COMM_NULL:
             raise TypeError(f"comm must be an mpi4py communicator, a pyar.Comm or None, "
@@ -78,16 +116,25 @@ class Comm:
             raise TypeError("pyar collectives need an intracommunicator")
         self.settings = settings.agree(base)       # first: a bad one raises on every rank
         self.timeout = self.settings.timeout
+        self.check = _agreed_check(base, _check_setting() if check is None else check)
         self.mpi = base.Dup()
         self.mpi.Set_name(f"pyar dup of {base.Get_name() or 'a communicator'}")
+        self.notice = notice.Notice(base, self)
         self.rank = self.mpi.Get_rank()
         self.size = self.mpi.Get_size()
         self.topology = self._discover_topology()
         self.plans: dict = {}
         self.seq = 0                # collectives called on this Comm so far
+        self.recent = [(1, None)] * notice.RECENT  # [seq % RECENT]: (fingerprint, call) of each
+        fp_bits, self._seq_bits = tag_bits(self.mpi)
+        self._fp_mask, self._seqs = (1 << fp_bits) - 1, (1 << self._seq_bits) - 1
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
         # held by the call in progress on it (acquire(False): see enter)
         self.busy = threading.Lock() if MPI.Query_thread() >= MPI.THREAD_MULTIPLE else _ANY_CALL
+        self.recorder = recorder.attach(self, recorder.DEFAULT_CALLS if self.settings.
+                                        trace_buffer is None else self.settings.trace_buffer)
+        log.comm_made(self)
+        trace.comm_made(self)
 
     on_retire: list = []    # told of every Comm freed or made unusable (caches keyed by it)
 
@@ -145,12 +192,15 @@ class Comm:
             raise _overlap_error(what)
         return self.busy
 
-    def next_tag(self) -> int:
-        """Number the next collective on this Comm (:attr:`seq`); its tag: the sequence number
-        wrapped below the tag of the executor's persistent requests (MPI guarantees tags
-        up to 32767), so collectives in flight together have tags of their own."""
-        self.seq += 1
-        return self.seq % RESIDENT_TAG
+    def next_tag(self, entry: tuple = (1, None)) -> int:
+        """Number the next collective on this Comm (:attr:`seq`) and remember its ``entry``,
+        ``(fingerprint, call)`` (:mod:`pyar.executors.notice`); its tag: the fingerprint
+        and the sequence number (:func:`pyar.executors.mpi.tag_bits`), so that collectives
+        in flight together have tags of their own and a message of another call never
+        matches."""
+        seq = self.seq = self.seq + 1
+        self.recent[seq % notice.RECENT] = entry
+        return (entry[0] & self._fp_mask) << self._seq_bits | 1 + seq % self._seqs
 
     def check_usable(self) -> None:
         """PyarError if a call on this Comm failed mid-way (its ranks are out of step)."""
@@ -163,6 +213,7 @@ class Comm:
         if self.broken is None:
             self.broken = f"{what} failed mid-way ({type(error).__name__}: {error})"
             self._retire()
+            self.notice.tell(what, error)       # so that the others raise too
 
     def _retire(self) -> None:
         for forget in self.on_retire:
@@ -182,6 +233,7 @@ class Comm:
         for plan in self.plans.values():
             plan.free()
         self.plans.clear()
+        self.notice.free()
         if self.mpi != MPI.COMM_NULL:
             self.mpi.Free()         # and its shared-memory mailboxes with it
 
@@ -192,7 +244,7 @@ class Comm:
         TimeoutError naming ``what``)."""
         fingerprint = zlib.crc32(call.encode())
         votes = np.array([*oks, fingerprint, -fingerprint], np.int64)
-        request = self.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
         try:
             progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
                 f"{what or call}: waited {waited:.1f} s for the other ranks to agree on the "
@@ -202,6 +254,34 @@ class Comm:
             self.abandon(what or call, e)
             raise
         return (*(int(v) for v in votes[:-2]), int(votes[-2]) == -int(votes[-1]))
+
+    def check_call(self, call, deadline=None, what: str = "") -> None:
+        """``PYAR_CHECK``: MismatchError on every rank unless every rank makes this call, with
+        the same ``call`` tuple (collective, op, dtype, count, root, algorithm) and sequence
+        number; the error names which ranks called what, from which source line. One
+        MPI_Iallreduce of four integers (and, on a mismatch, one MPI_Allgather)."""
+        fingerprint = notice.fingerprint(call)
+        votes = np.array([fingerprint, -fingerprint, self.seq, -self.seq], np.int64)
+        request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        try:
+            progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
+                f"{what}: waited {waited:.1f} s for the other ranks to check the call "
+                f"(PYAR_CHECK): did every rank call it?"))
+        except BaseException as e:
+            progress.ABANDONED.append((request, votes))
+            self.abandon(what, e)
+            raise
+        if votes[0] == -votes[1] and votes[2] == -votes[3]:
+            return
+        mine = f"#{self.seq} {notice.describe(call)} at {notice.caller()}".encode()[:_WORDS]
+        table = np.zeros((self.size, _WORDS), np.uint8)
+        self.notice.mpi.Allgather(np.frombuffer(mine.ljust(_WORDS, b"\0"), np.uint8), table)
+        said: dict = {}
+        for rank, row in enumerate(table):
+            said.setdefault(row.tobytes().rstrip(b"\0").decode(errors="replace"), []).append(rank)
+        raise MismatchError(f"{what}: the ranks' calls differ (PYAR_CHECK): " + "; ".join(
+            f"{_ranks(ranks)} called {text}" for text, ranks in said.items()))
+        # (on every rank, before any message of the call: the Comm stays usable)
 
     def remember(self, key, plan):
         """Keep ``plan`` under ``key``, forgetting the oldest beyond the cache's bound."""

@@ -12,7 +12,14 @@ PYAR_TIMEOUT          seconds > 0 any wait of a collective may       no limit
                       it when made; ``timeout=`` overrides it)
 PYAR_CUDA_AWARE       0 or 1: whether MPI takes device buffers       the probes decide
                       (read by executors.cuda, checked here)         (executors.cuda)
+PYAR_TRACE_BUFFER     calls >= 0 the flight recorder keeps per       2000
+                      communicator (pyar.recorder); 0: off
+PYAR_DEBUG            WARN, INFO or TRACE (pyar.log)                 logging's own config
+PYAR_DEBUG_SUBSYS     subsystems, NCCL's syntax (pyar.log)           all
 ===================== ============================================== =========================
+
+(``PYAR_DEBUG_FILE``, ``PYAR_DUMP_DIR`` are paths, read where used; ``PYAR_TRACE``,
+a path too, must be set on every rank or on none.)
 
 (``PYAR_ALGO`` and ``PYAR_TUNING_FILE`` are read by :mod:`pyar.tuner` at each call.)
 
@@ -46,6 +53,9 @@ class Settings(NamedTuple):
     shm_bytes: int | None
     timeout: float | None
     cuda_aware: bool | None
+    trace_buffer: int | None = None     # (pyar.recorder)
+    debug: int | None = None            # a logging level (pyar.log)
+    debug_subsys: frozenset | None = None
 
 
 def _number(kind, least: float, strict: bool, what: str):
@@ -73,11 +83,22 @@ _PARSERS = {
                                              "rank; 0: none)"),
     "PYAR_TIMEOUT": _number(float, 0, True, "a number of seconds > 0 (unset: no timeout)"),
     "PYAR_CUDA_AWARE": _cuda_aware,
+    "PYAR_TRACE_BUFFER": _number(int, 0, False, "an integer >= 0 (calls the flight recorder "
+                                                "keeps per communicator; 0: none)"),
+    "PYAR_DEBUG": lambda name, text: _log().level(text),
+    "PYAR_DEBUG_SUBSYS": lambda name, text: frozenset(_log().subsystems(text)),
 }
+
+
+def _log():
+    from . import log       # (which imports the executors, as _cuda_aware's probes do)
+
+    return log
 # what must hold across the ranks, in agree's table from column 1 on
 _AGREED = {"PYAR_RANKS_PER_NODE": "the same on every rank",
            "PYAR_SHM_BYTES": "0 on every rank or on none",
-           "PYAR_ALGO": "the same on every rank"}
+           "PYAR_ALGO": "the same on every rank",
+           "PYAR_TRACE": "set on every rank or on none"}
 _agreed: Settings | None = None
 
 
@@ -131,7 +152,8 @@ def agree(comm) -> Settings:
     algo = os.environ.get("PYAR_ALGO", "").strip()
     bad = sum(1 << i for i, name in enumerate(_PARSERS) if name in errors)
     mine = np.array([bad, found.ranks_per_node or 0, found.shm_bytes == 0,
-                     zlib.crc32(algo.encode()) + 1 if algo else 0], np.int64)
+                     zlib.crc32(algo.encode()) + 1 if algo else 0,
+                     bool(os.environ.get("PYAR_TRACE", "").strip())], np.int64)
     table = np.empty((comm.Get_size(), len(mine)), np.int64)
     comm.Allgather(mine, table)
     if errors:

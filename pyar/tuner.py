@@ -172,6 +172,32 @@ def select(collective: str, algorithm: str, size: int, count: int, nbytes: int,
     return found[0]
 
 
+def reason(collective: str, algorithm: str, size: int, count: int, dtype="float32",
+           topology=None) -> str:
+    """Why :func:`select` picks what it does, in words (for the logs, off the hot path): the
+    explicit argument, ``PYAR_ALGO``, or ``auto`` with the cost model's top predictions."""
+    if algorithm != AUTO:
+        return "explicit argument"
+    text = _pyar_algo()
+    forced = _forced(text, collective) if text else None
+    if forced and forced != AUTO:
+        return f"PYAR_ALGO={text}"
+    key = (collective, size, count, str(dtype), _tuning_file(), id(topology), generation[0])
+    found = _reasons.get(key)
+    if found is None:
+        if len(_reasons) >= _MEMO_SIZE:
+            _reasons.clear()
+        times = sorted((p.time, name) for name, (p, _) in predictions(
+            collective, size, count, dtype, parameters(), topology=topology).items())
+        found = _reasons[key] = ("auto: " + ", ".join(f"{name} {t * 1e6:.1f} us"
+                                                      for t, name in times[:3])
+                                 + ("" if len(times) <= 3 else ", ..."), topology)
+    return found[0]
+
+
+_reasons: dict = {}
+
+
 def choose(collective: str, size: int, count: int, dtype, params: cost.Params,
            topology=None) -> str:
     """The candidate with the least predicted time (ties: the first by name)."""

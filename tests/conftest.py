@@ -1,10 +1,13 @@
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 MPI_TESTS = Path(__file__).parent / "mpi"
+# the flight recorder dumps on every pyar error: the errors tests provoke dump there, not in cwd
+os.environ.setdefault("PYAR_DUMP_DIR", os.path.join(tempfile.gettempdir(), "pyar-test-dumps"))
 
 
 def pytest_ignore_collect(collection_path, config):

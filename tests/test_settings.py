@@ -44,10 +44,10 @@ def test_every_bad_variable_is_named_at_once(monkeypatch):
 
 
 def test_values_and_defaults(monkeypatch):
-    assert settings.read() == (None,) * 4 and settings.timeout() is None
+    assert settings.read()[:4] == (None,) * 4 and settings.timeout() is None
     for name, value in zip(NAMES, ["3", "0", "90", " 1 "]):
         monkeypatch.setenv(name, value)
-    assert settings.read() == (3, 0, 90.0, True)
+    assert settings.read()[:4] == (3, 0, 90.0, True)
 
 
 def test_the_executors_see_what_the_ranks_agreed_on(monkeypatch):

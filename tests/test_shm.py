@@ -26,11 +26,13 @@ def test_a_pool_is_made_once_aligned_and_freed_with_its_communicator(monkeypatch
 def test_a_channel_puts_each_slot_and_counter_on_its_own_cache_lines():
     segment = np.zeros(4096, np.uint8)
     sizes = [8, 100, 64]
-    channel = shm.Channel(3, segment, 128, sizes)
-    assert channel.m == 3 and shm.Channel.bytes(sizes) == 2 * 64 + 2 * (64 + 128 + 64)
+    channel = shm.Channel(3, segment, 128, sizes)     # each slot: a mark's line, its bytes
+    assert channel.m == 3 and shm.Channel.bytes(sizes) == 2 * 64 + 2 * (3 * 64 + 64 + 128 + 64)
     starts = [half.ctypes.data - segment.ctypes.data for k in range(3)
               for half in channel.slots[k]]
-    assert starts == [256, 320, 384, 512, 640, 704]
+    assert starts == [320, 448, 576, 768, 960, 1088]
+    channel.marks[1][1][0] = 9
+    assert segment[704:712].view(np.int64)[0] == 9
     assert [len(half) for k in range(3) for half in channel.slots[k]] == [8, 8, 100, 100, 64, 64]
     channel.posted[0], channel.taken[0] = 5, 7
     assert segment[128:136].view(np.int64)[0] == 5 and segment[192:200].view(np.int64)[0] == 7

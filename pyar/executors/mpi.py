@@ -35,16 +35,15 @@ from typing import NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import PyarError, ScheduleError, TimeoutError
+from ..errors import MismatchError, PyarError, ScheduleError, TimeoutError
 from ..kernels import bound_fold, folder
 from ..schedule import Schedule
-from . import progress, shm
+from . import notice, progress, shm
 
 DATA, SCRATCH, LANDING, SOURCE = 0, 1, 2, 3     # SOURCE: x, in an out-of-place variant
 _BUFFER = {"data": DATA, "scratch": SCRATCH}
 _BYTE = MPI.BYTE
 RESIDENT_BYTES = 1 << 16    # messages up to this size run on a Resident
-RESIDENT_TAG = 32767        # its persistent requests' tag; Comm.next_tag stays below
 SPARES = 4                  # scratch and landing buffers a plan keeps for its next requests
 
 
@@ -79,6 +78,53 @@ def _finish(recv: _Recv, bufs, fold):
         fold(bufs[d.buf][d.lo:d.hi], incoming)
     else:
         bufs[d.buf][d.lo:d.hi] = incoming
+
+
+def tag_bits(comm: MPI.Comm) -> tuple[int, int]:
+    """(fingerprint bits, sequence bits) of pyar's tags on ``comm``: a tag is ``fingerprint
+    << sequence bits | s``, below MPI_TAG_UB (2**29 - 1 in MPICH: 16 and 12 bits; at MPI's
+    least, 32767: 6 and 8), ``s`` 0 for a :class:`Resident`'s persistent requests, else
+    the call's sequence number wrapped into ``[1, 2**sequence bits)``. A message whose tag
+    carries another call's fingerprint never matches: the mismatch stalls, and the stall is
+    diagnosed (:mod:`.notice`), instead of a wrong result."""
+    bits = comm.Get_attr(MPI.TAG_UB).bit_length() - 1
+    seq = 12 if bits >= 24 else 8
+    return bits - seq, seq
+
+
+def resident_tag(comm: MPI.Comm, fingerprint: int) -> int:
+    """The tag of a Resident's persistent requests for calls of ``fingerprint``."""
+    fp_bits, seq_bits = tag_bits(comm)
+    return (fingerprint & ((1 << fp_bits) - 1)) << seq_bits
+
+
+def _complete(requests, statuses) -> None:
+    """The lean path's wait for ``requests``: no deadline, but through the one wait once it
+    stalls (where a peer's failure or a mismatched call is noticed: :mod:`.notice`)."""
+    if not MPI.Request.Testall(requests, statuses):
+        progress.wait_for(partial(MPI.Request.Testall, requests, statuses), None, None)
+
+
+def _mark(fingerprint: int, seq: int) -> int:
+    """A mailbox slot's mark: the call's fingerprint and (31 bits of) its sequence number."""
+    return fingerprint | (seq & 0x7FFFFFFF) << 32
+
+
+def _mismatch(where: str, peer: int, theirs: int, mine: int, call) -> MismatchError:
+    """The error of a message whose mark (``theirs``) is not this call's (``mine``, of the
+    tuple ``call``): both calls in words where the peer's differs only in op or dtype."""
+    seq, seen = mine >> 32, theirs >> 32
+    if theirs & 0xFFFFFFFF == mine & 0xFFFFFFFF:
+        said = (f"rank {peer}'s call #{seen}, this rank's #{seq}, both "
+                f"{notice.describe(call)}: a rank skipped a call, or called another "
+                f"collective in between")
+    else:
+        other = None if call is None else notice.guess(theirs & 0xFFFFFFFF, call)
+        said = (f"rank {peer} called {notice.describe(other)} as #{seen}, this rank "
+                f"{notice.describe(call)} as #{seq}" if other is not None else
+                f"its fingerprint differs: the ranks called with different collectives, ops, "
+                f"dtypes, counts, roots or algorithms")
+    return MismatchError(f"{where}: the message from rank {peer} is of another call ({said})")
 
 
 def _check_size(status: MPI.Status, view, peer: int, where: str):
@@ -139,29 +185,30 @@ class _Step:
         """Post every receive, then every send, wait for all, then finish."""
         ctx = Context(bufs, comm, tag, fold)
         self.start(ctx)
-        MPI.Request.Waitall(ctx.requests, ctx.statuses)
+        _complete(ctx.requests, ctx.statuses)
         self.finish(ctx)
 
 
 class _Exchange(_Step):
-    """One send and one receive; blocking, one MPI_Sendrecv (the hot path of small messages:
-    flat)."""
+    """One send and one receive, on the lean path (flat)."""
 
-    __slots__ = ("status", "sbuf", "slo", "shi", "speer", "wbuf", "wlo", "whi", "wpeer",
+    __slots__ = ("statuses", "sbuf", "slo", "shi", "speer", "wbuf", "wlo", "whi", "wpeer",
                  "recv", "dst", "source")
 
     def __init__(self, where, send, recv):
         super().__init__(where, [send], [recv])
-        self.status, self.recv = MPI.Status(), recv
+        self.statuses, self.recv = [MPI.Status(), MPI.Status()], recv
         self.speer, self.sbuf, self.slo, self.shi = send
         self.wpeer, self.wbuf, self.wlo, self.whi = recv.wire
         self.dst, self.source = recv.dst, recv.source
 
     def run(self, bufs, comm, tag, fold):
         into = bufs[self.wbuf][self.wlo:self.whi]
-        status = self.status
-        comm.Sendrecv([bufs[self.sbuf][self.slo:self.shi], _BYTE], self.speer, tag,
-                      [into, _BYTE], self.wpeer, tag, status)
+        statuses = self.statuses
+        _complete([comm.Irecv([into, _BYTE], self.wpeer, tag),
+                   comm.Isend([bufs[self.sbuf][self.slo:self.shi], _BYTE], self.speer, tag)],
+                  statuses)
+        status = statuses[0]
         if status.Get_count(_BYTE) != into.nbytes:
             _check_size(status, into, self.wpeer, self.where)
         d = self.dst
@@ -180,7 +227,7 @@ class _SendOnly(_Step):
 
     def run(self, bufs, comm, tag, fold):
         s = self.sends[0]
-        comm.Send([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag)
+        _complete([comm.Isend([bufs[s.buf][s.lo:s.hi], _BYTE], s.peer, tag)], None)
 
 
 class _RecvOnly(_Step):
@@ -194,7 +241,7 @@ class _RecvOnly(_Step):
         r = self.recvs[0]
         w = r.wire
         into = bufs[w.buf][w.lo:w.hi]
-        comm.Recv([into, _BYTE], w.peer, tag, self.status)
+        _complete([comm.Irecv([into, _BYTE], w.peer, tag)], [self.status])
         _check_size(self.status, into, w.peer, self.where)
         if r.dst is not None or r.source is not None:
             _finish(r, bufs, fold)
@@ -337,16 +384,18 @@ class Plan:
                                             np.empty(self.landing_count, dtype))
         return found
 
-    def resident(self, comm: MPI.Comm, dtype: np.dtype, reduction: str | None):
-        """The :class:`Resident` of this plan for ``dtype`` and ``reduction`` if its buffer is at
-        most :data:`RESIDENT_BYTES` (every rank decides alike), else None. Made on the first
-        call with them, which every rank makes: collective."""
-        key = (dtype, reduction)
+    def resident(self, comm: MPI.Comm, dtype: np.dtype, reduction: str | None, call=None):
+        """The :class:`Resident` of this plan for ``dtype``, ``reduction`` and the calls
+        ``call`` (a tuple: :func:`.notice.fingerprint`) if its buffer is at most
+        :data:`RESIDENT_BYTES` (every rank decides alike), else None. Made on the first call
+        with them, which every rank makes: collective."""
+        key = (dtype, reduction, call)
         found = self._residents.get(key)
         if found is None and key not in self._residents:
             small = self.count * dtype.itemsize <= RESIDENT_BYTES and not self.source
             found = self._residents[key] = (
-                Resident(self, comm, dtype, reduction, None, self._mailboxes(comm, dtype))
+                Resident(self, comm, dtype, reduction, None, self._mailboxes(comm, dtype),
+                         call)
                 if small else None)
         return found
 
@@ -358,7 +407,8 @@ class Plan:
             self._channels[size] = None if pool is None else pool.channels(self.spans, size)
         return self._channels[size]
 
-    def bind(self, comm: MPI.Comm, data: np.ndarray, reduction: str | None) -> Resident:
+    def bind(self, comm: MPI.Comm, data: np.ndarray, reduction: str | None,
+             call=None) -> Resident:
         """A :class:`Resident` running in ``data`` itself (1-D, contiguous, ``count`` elements,
         kept alive by it), freed with this plan at the latest; after a call of :meth:`run`
         with its dtype and ``reduction`` (not collective itself)."""
@@ -366,7 +416,7 @@ class Plan:
             raise RuntimeError("Plan.bind: run the plan once with this dtype first (its "
                                "mailboxes are set up then, collectively)")
         resident = Resident(self, comm, data.dtype, reduction, data,
-                            self._channels[data.dtype.itemsize])
+                            self._channels[data.dtype.itemsize], call)
         self._bound.add(resident)
         return resident
 
@@ -385,16 +435,17 @@ class Plan:
         return fold
 
     def run(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None,
-            source: np.ndarray | None = None) -> None:
+            source: np.ndarray | None = None, call=None, seq: int = 0) -> None:
         """Run the steps on ``data`` (1-D, contiguous, ``schedule.count`` elements), folding
         with ``reduction`` (``"sum" "prod" "max" "min"``; None if nothing folds), each on
         its lean blocking path. The out-of-place variant takes x as ``source`` (like data,
-        not overlapping it) and leaves x's contents there untouched."""
+        not overlapping it) and leaves x's contents there untouched. ``call``, ``seq``: the
+        call's tuple and number (for a Resident; ``tag`` carries them otherwise)."""
         dtype = data.dtype
-        resident = self.resident(comm, dtype, reduction)
+        resident = self.resident(comm, dtype, reduction, call)
         if resident is not None:
             resident.data[...] = data
-            resident.run()
+            resident.run(None, seq)
             data[...] = resident.data
             return
         bufs = (data, *self.buffers(dtype), source)
@@ -403,7 +454,8 @@ class Plan:
             step.run(bufs, comm, tag, fold)
 
     def execution(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None,
-                  source: np.ndarray | None = None, alone: bool = True):
+                  source: np.ndarray | None = None, alone: bool = True,
+                  call=None, seq: int = 0):
         """(steps, ctx, done, abandon) of one call on ``data`` as :class:`~.progress.Run`
         drives them (arguments as for :meth:`run`); ``done()`` ends it, ``abandon()`` is
         for a call that failed (either may be None). ``alone``: no other call of
@@ -412,10 +464,10 @@ class Plan:
         the general path with buffers of its own (kept for later requests when it ends)."""
         dtype = data.dtype
         if alone:
-            resident = self.resident(comm, dtype, reduction)
+            resident = self.resident(comm, dtype, reduction, call)
             if resident is not None:
                 resident.data[...] = data
-                steps, ctx, end = resident.execution()
+                steps, ctx, end = resident.execution(seq)
 
                 def done():
                     end()
@@ -445,10 +497,10 @@ class _Call:
     """A Resident call in flight: its number, the channels' memory barrier, and how far the
     current step has got (puts copied out, requests complete)."""
 
-    __slots__ = ("call", "half", "sync", "put", "complete", "channels")
+    __slots__ = ("call", "half", "sync", "put", "complete", "channels", "mark")
 
-    def __init__(self, call, channels):
-        self.call, self.half, self.channels = call, call & 1, channels
+    def __init__(self, call, channels, mark=0):
+        self.call, self.half, self.channels, self.mark = call, call & 1, channels, mark
         self.sync = None if channels is None else channels.sync
         self.put, self.complete = 0, []
 
@@ -465,34 +517,34 @@ class _ResidentStep:
     """
 
     __slots__ = ("where", "requests", "statuses", "checks", "finishes", "puts", "boxes",
-                 "peers")
+                 "peers", "call")
 
-    def __init__(self, where, requests, peers, received, finishes, puts, boxes):
+    def __init__(self, where, requests, peers, received, finishes, puts, boxes, call):
         self.where, self.requests, self.peers, self.finishes = where, requests, peers, finishes
-        self.puts, self.boxes = puts, boxes         # (box, k, copies), (box, k)
+        self.puts, self.boxes = puts, boxes     # (box, k, copies, marks), (box, k, marks)
+        self.call = call
         self.statuses = [MPI.Status() if i < len(received) else None
                          for i in range(len(requests))]
         self.checks = [(self.statuses[i], view.nbytes, view, peer)
                        for i, view, peer in received]
 
-    def run(self, call, half, sync, deadline=None):
+    def run(self, call, half, sync, deadline, mark):
         if self.puts:
-            for box, k, copies in self.puts:   # the slot's message of two calls back taken?
-                if box.room <= (call - 2) * box.m + k:
+            for box, k, copies, marks in self.puts:     # the slot's message of two calls
+                if box.room <= (call - 2) * box.m + k:  # back taken?
                     box.room = shm.await_count(box.taken, (call - 2) * box.m + k + 1,
                                                deadline, self.where, box.peer)
                 copies[half]()
+                marks[half][0] = mark
             sync()
-            for box, k, _ in self.puts:
+            for box, k, _, _ in self.puts:
                 box.posted[0] = call * box.m + k + 1
         requests = self.requests
         if requests:
             for request in requests:
                 request.Start()
             for request, status, peer in zip(requests, self.statuses, self.peers):
-                if deadline is None:
-                    request.Wait(status)
-                else:
+                if not request.Test(status):
                     progress.wait_for(partial(request.Test, status), deadline,
                                       lambda waited, peer=peer: TimeoutError(
                                           f"{self.where} waited for rank {peer}; gave up "
@@ -501,17 +553,25 @@ class _ResidentStep:
                 if status.Get_count(_BYTE) != nbytes:
                     _check_size(status, view, peer, self.where)
         if self.boxes:
-            for box, k in self.boxes:
+            for box, k, _ in self.boxes:
                 if box.posted[0] <= call * box.m + k:
                     shm.await_count(box.posted, call * box.m + k + 1, deadline, self.where,
                                     box.peer)
             sync()
+            self._check_marks(half, mark)
         for finish in self.finishes:
             finish[half]()
         if self.boxes:
             sync()
-            for box, k in self.boxes:
+            for box, k, _ in self.boxes:
                 box.taken[0] = call * box.m + k + 1
+
+    def _check_marks(self, half: int, mark: int) -> None:
+        """MismatchError if a message in the mailboxes is of another call than this one (its
+        ``mark``: :func:`_mark`)."""
+        for box, k, marks in self.boxes:
+            if marks[half][0] != mark:
+                raise _mismatch(self.where, box.peer, marks[half][0], mark, self.call)
 
     def start(self, ctx: _Call) -> None:
         ctx.put, ctx.complete = 0, [False] * len(self.requests)
@@ -523,16 +583,17 @@ class _ResidentStep:
         """Copy out the mailbox sends whose slots are free, in order; whether all are out."""
         call, puts, first = ctx.call, self.puts, ctx.put
         while ctx.put < len(puts):
-            box, k, copies = puts[ctx.put]
+            box, k, copies, marks = puts[ctx.put]
             if box.room <= (call - 2) * box.m + k:
                 box.room = box.taken[0]
                 if box.room <= (call - 2) * box.m + k:
                     break
             copies[ctx.half]()
+            marks[ctx.half][0] = ctx.mark
             ctx.put += 1
         if ctx.put > first:
             ctx.sync()
-            for box, k, _ in puts[first:ctx.put]:
+            for box, k, _, _ in puts[first:ctx.put]:
                 box.posted[0] = call * box.m + k + 1
         return ctx.put == len(puts)
 
@@ -546,27 +607,28 @@ class _ResidentStep:
                     return False
                 complete[i] = True
         call = ctx.call
-        return all(box.posted[0] > call * box.m + k for box, k in self.boxes)
+        return all(box.posted[0] > call * box.m + k for box, k, _ in self.boxes)
 
     def finish(self, ctx: _Call) -> None:
         for status, nbytes, view, peer in self.checks:
             if status.Get_count(_BYTE) != nbytes:
                 _check_size(status, view, peer, self.where)
+        half = ctx.half
         if self.boxes:
             ctx.sync()
-        half = ctx.half
+            self._check_marks(half, ctx.mark)
         for finish in self.finishes:
             finish[half]()
         if self.boxes:
             ctx.sync()
             call = ctx.call
-            for box, k in self.boxes:
+            for box, k, _ in self.boxes:
                 box.taken[0] = call * box.m + k + 1
 
     def pending(self, ctx: _Call) -> list[int]:
         call = ctx.call
         peers = {box.peer for box, k, _ in self.puts[ctx.put:]}
-        peers |= {box.peer for box, k in self.boxes if box.posted[0] <= call * box.m + k}
+        peers |= {box.peer for box, k, _ in self.boxes if box.posted[0] <= call * box.m + k}
         peers |= {p for p, done in zip(self.peers, ctx.complete) if not done}
         return sorted(peers)
 
@@ -580,15 +642,20 @@ class Resident:
     A step copies its mailbox sends out, starts its requests, waits for them
     and for its mailbox receives, checks the size of what came through MPI,
     then folds and copies in the schedule's order, straight from the
-    mailboxes. All persistent requests use :data:`RESIDENT_TAG`: a plan is
-    resident by its size alone, the same on every rank, and messages between
-    two ranks on pyar's private communicator match in the order they were
-    sent, so one tag cannot confuse two calls. The requests are freed with
-    the object.
+    mailboxes. ``call`` is the tuple of the calls it runs (collective, op,
+    dtype, count, root, algorithm): every mailbox slot sent carries its
+    fingerprint (:func:`.notice.fingerprint`), and a receiver that finds another raises
+    MismatchError; all persistent requests use its tag (:func:`resident_tag`),
+    which a message of another call never matches (the stall is diagnosed by
+    :mod:`.notice`). A plan is resident by its size alone, the same on every
+    rank, and messages between two ranks on pyar's private communicator match
+    in the order they were sent, so one tag cannot confuse two calls. The
+    requests are freed with the object.
     """
 
     def __init__(self, plan: Plan, comm: MPI.Comm, dtype: np.dtype, reduction: str | None,
-                 data: np.ndarray | None = None, channels: shm.Channels | None = None):
+                 data: np.ndarray | None = None, channels: shm.Channels | None = None,
+                 call=None):
         self.data = np.empty(plan.count, dtype) if data is None else data
         self.channels = channels
         bufs = (self.data, np.empty(plan.scratch_count, dtype),
@@ -596,6 +663,7 @@ class Resident:
         out = {} if channels is None else channels.out
         into = {} if channels is None else channels.into
         sent, taken = dict.fromkeys(out, 0), dict.fromkeys(into, 0)    # messages so far a call
+        tag = resident_tag(comm, notice.fingerprint(call))
 
         self.steps = []
         for where, sends, recvs in plan.spans:
@@ -607,12 +675,12 @@ class Resident:
                     target = bufs[end.buf][end.lo:end.hi]
                     k = taken[wire.peer]
                     taken[wire.peer] += 1
-                    boxes.append((box, k))
+                    boxes.append((box, k, box.marks[k]))
                     finishes.append(tuple(bound_fold(target, v, reduction) if fold else
                                           _copier(target, v) for v in box.halves(k, dtype)))
                     continue
                 view = bufs[wire.buf][wire.lo:wire.hi]
-                requests.append(comm.Recv_init([view, _BYTE], wire.peer, RESIDENT_TAG))
+                requests.append(comm.Recv_init([view, _BYTE], wire.peer, tag))
                 peers.append(wire.peer)
                 received.append((len(requests) - 1, view, wire.peer))
                 if dst is not None:
@@ -624,20 +692,23 @@ class Resident:
                 view = bufs[s.buf][s.lo:s.hi]
                 box = out.get(s.peer)
                 if box is None:
-                    requests.append(comm.Send_init([view, _BYTE], s.peer, RESIDENT_TAG))
+                    requests.append(comm.Send_init([view, _BYTE], s.peer, tag))
                     peers.append(s.peer)
                     continue
                 k = sent[s.peer]
                 sent[s.peer] += 1
-                puts.append((box, k, tuple(_copier(v, view) for v in box.halves(k, dtype))))
+                puts.append((box, k, tuple(_copier(v, view) for v in box.halves(k, dtype)),
+                             box.marks[k]))
             self.steps.append(_ResidentStep(where, requests, peers, received, finishes, puts,
-                                             boxes))
+                                             boxes, call))
+        self.fingerprint = notice.fingerprint(call)
         _LIVE.add(self)
 
-    def run(self, deadline=None) -> None:
-        """One call: every step on ``data`` (the caller fills it and reads the result), each
-        on its lean path (see :class:`_ResidentStep`), every wait bounded by ``deadline``
-        (a ``time.monotonic()`` value) if given. (Flat: the hot path of small calls.)"""
+    def run(self, deadline=None, seq: int = 0) -> None:
+        """One call, number ``seq`` on its communicator: every step on ``data`` (the caller
+        fills it and reads the result), each on its lean path (see :class:`_ResidentStep`),
+        every wait bounded by ``deadline`` (a ``time.monotonic()`` value) if given. (Flat:
+        the hot path of small calls.)"""
         channels, steps = self.channels, self.steps
         call = 0 if channels is None else channels.calls
         if call is None or steps is None:
@@ -645,22 +716,23 @@ class Resident:
         try:
             if channels is None:
                 for step in steps:
-                    step.run(0, 0, None, deadline)
+                    step.run(0, 0, None, deadline, 0)
             else:
                 half, sync = call & 1, channels.sync
+                mark = self.fingerprint | (seq & 0x7FFFFFFF) << 32     # (_mark, inline)
                 for step in steps:
-                    step.run(call, half, sync, deadline)
+                    step.run(call, half, sync, deadline, mark)
         except BaseException:
             self.interrupted()
             raise
         if channels is not None:
             channels.calls = call + 1
 
-    def execution(self):
-        """(steps, ctx, done) of one call as :class:`~.progress.Run` drives them: ``done()``
-        ends the call (the caller fills ``data`` before and reads it after)."""
+    def execution(self, seq: int = 0):
+        """(steps, ctx, done) of call number ``seq`` as :class:`~.progress.Run` drives them:
+        ``done()`` ends the call (the caller fills ``data`` before and reads it after)."""
         call = self._begin()
-        ctx = _Call(call, self.channels)
+        ctx = _Call(call, self.channels, _mark(self.fingerprint, seq))
         return self.steps, ctx, lambda: self._end(call)
 
     def _begin(self) -> int:
@@ -749,5 +821,7 @@ class Library:
         return []
 
     def run(self, bufs, comm, tag, fold):
-        self.call(True).Wait()
+        request = self.call(True)
+        if not request.Test():
+            progress.wait_for(request.Test, None, None)
         self.finish(None)

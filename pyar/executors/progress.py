@@ -21,9 +21,12 @@ their requests in different orders, or make a blocking call while another
 is in flight, still meet), yields the core after a few polls, and raises
 :class:`pyar.TimeoutError` naming the collective, its sequence number on
 the communicator, the step and the peer. :data:`hook`, when set, is called
-as ``hook(event, run, step)`` for ``"post"`` and ``"complete"`` of every
-step and ``"done"`` of every run; unset, it costs nothing, since the lean
-paths are only taken then.
+as ``hook(event, run, step)`` for every step's events and ``"done"`` of
+every run; unset, it costs nothing, since the lean
+paths are only taken then. The events of a step are ``"start"`` (before its
+transfers are posted), ``"post"`` (after), ``"ready"`` (they are complete)
+and ``"complete"`` (folded and copied); the logs, the timeline and anything
+else put themselves on the hook with :func:`listen`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ import warnings
 from ..errors import PyarError, TimeoutError
 
 hook = None                 # hook(event, run, step) or None; see the module docstring
+_listeners: list = []       # what :func:`listen` put on the hook
+on_stall = None             # on_stall(seconds waited): a stalled wait's duty (notice.poll)
+STALL_POLL = 1e-3           # seconds between a stalled wait's calls of on_stall
 OPEN: list = []             # runs in flight (nonblocking collectives not yet complete)
 ABANDONED: list = []        # contexts (buffers) of failed runs: MPI may still write there
 SPINS = 64                  # polls before a waiting rank starts to yield its core
@@ -50,11 +56,12 @@ class Run:
     ``"allreduce #12 (ring, 1024 float32)"``), ``on_error(exc)`` is told if it fails."""
 
     __slots__ = ("steps", "ctx", "index", "started", "finish", "what", "on_error", "result",
-                 "error", "done", "deadline", "__weakref__")
+                 "error", "done", "deadline", "record", "__weakref__")
 
-    def __init__(self, steps, ctx, finish, what, on_error=None, deadline=None):
+    def __init__(self, steps, ctx, finish, what, on_error=None, deadline=None, record=None):
         self.steps, self.ctx, self.finish, self.what = steps, ctx, finish, what
         self.on_error, self.deadline = on_error, deadline
+        self.record = record        # (flight-recorder entry, Comm) for the hook's listeners
         self.index, self.started, self.done = 0, False, False
         self.result = self.error = None
 
@@ -62,6 +69,8 @@ class Run:
         """Post the first step now (so that collectives begin in the caller's order)."""
         if self.done or self.started or not self.steps:
             return
+        if hook is not None:
+            hook("start", self, 0)
         try:
             self.steps[0].start(self.ctx)
         except BaseException as e:
@@ -88,6 +97,8 @@ class Run:
             while self.index < len(steps):
                 step = steps[self.index]
                 if not self.started:
+                    if hook is not None:
+                        hook("start", self, self.index)
                     step.start(ctx)
                     self.started = True
                     if hook is not None:
@@ -97,6 +108,8 @@ class Run:
                         self.fail(self.stalled(None))     # the call's own timeout, for
                         return True                       # test() and the thread too
                     return False
+                if hook is not None:
+                    hook("ready", self, self.index)
                 step.finish(ctx)
                 if hook is not None:
                     hook("complete", self, self.index)
@@ -162,9 +175,11 @@ def wait_for(test, deadline, stalled) -> None:
 
     Meanwhile every run in flight is advanced. ``deadline`` is a
     ``time.monotonic()`` value or None (wait for ever, as MPI does); past it,
-    ``stalled(seconds waited)`` is raised.
+    ``stalled(seconds waited)`` is raised. Once the wait yields its core, it calls
+    :data:`on_stall` every :data:`STALL_POLL` seconds, which may raise too (a peer's failure:
+    :mod:`.notice`).
     """
-    spins, began = 0, None
+    spins, began, polled = 0, None, 0.0
     while not test():
         if OPEN:
             progress_open()
@@ -172,12 +187,19 @@ def wait_for(test, deadline, stalled) -> None:
         if spins < SPINS:
             continue
         _yield()
-        if deadline is not None:
-            now = _monotonic()
-            if began is None:
-                began = now
-            if now > deadline:
-                raise stalled(now - began + SPINS * 1e-7)
+        now = _monotonic()
+        if began is None:
+            began = polled = now
+        if deadline is not None and now > deadline:
+            raise stalled(now - began + SPINS * 1e-7)
+        if now >= polled and on_stall is not None:
+            polled = now + STALL_POLL
+            try:
+                on_stall(now - began)
+            except PyarError as e:      # what this wait waited for, for the flight recorder
+                if getattr(e, "waiting", None) is None:
+                    e.waiting = str(stalled(now - began))
+                raise
 
 
 def progress_open() -> None:
@@ -364,3 +386,25 @@ def lock():
     """The lock held while runs are advanced or put in flight (an RLock; never across a
     wait)."""
     return _lock
+
+
+def listen(listener) -> None:
+    """Call ``listener(event, run, step)`` on every event of the hook from now on (which
+    takes every later call off the lean paths: decide once, when settings are read)."""
+    global hook
+    if listener not in _listeners:
+        _listeners.append(listener)
+    hook = _listeners[0] if len(_listeners) == 1 else _fan_out
+
+
+def unlisten(listener) -> None:
+    """Stop calling ``listener``; with none left, the hook is unset (the lean paths again)."""
+    global hook
+    if listener in _listeners:
+        _listeners.remove(listener)
+    hook = None if not _listeners else _listeners[0] if len(_listeners) == 1 else _fan_out
+
+
+def _fan_out(event, run, step) -> None:
+    for listener in _listeners:
+        listener(event, run, step)

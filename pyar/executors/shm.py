@@ -11,10 +11,15 @@ shared window per communicator and node (:class:`Pool`,
 the receiver's segment::
 
     [posted | taken | message 0: two slots | message 1: two slots | ...]
+    slot: [mark | bytes]
 
 ``posted`` counts the channel's messages written (the sender writes it),
 ``taken`` those read (the receiver writes it), each in a cache line of its
-own. Message ``j`` of a channel that carries ``m`` a call goes to slot
+own; a slot's ``mark`` (a cache line before its bytes) is the fingerprint of
+the call that wrote it (collective, op, dtype, count, root, algorithm), which
+the receiver compares with its own before it reads: several calls of one
+plan share its channels, and a same-size dtype or another op would otherwise
+be folded silently. Message ``j`` of a channel that carries ``m`` a call goes to slot
 ``j mod m``, half ``(j div m) mod 2``: calls alternate halves, so a sender
 waits only until the message two calls back in that slot has been taken.
 MPI_Win_sync orders copies and counters where the processor could reorder
@@ -90,16 +95,18 @@ class Channel:
     ``c*m + k`` on the counters.
     """
 
-    __slots__ = ("peer", "m", "posted", "taken", "room", "slots")
+    __slots__ = ("peer", "m", "posted", "taken", "room", "slots", "marks")
 
     def __init__(self, peer: int, segment: np.ndarray, base: int, sizes: list[int]):
         self.peer, self.m, self.room = peer, len(sizes), 0   # room: ``taken`` as last read
         self.posted, self.taken = _counter(segment, base), _counter(segment, base + _LINE)
-        self.slots, at = [], base + 2 * _LINE
+        self.slots, self.marks, at = [], [], base + 2 * _LINE
         for n in sizes:
-            step = _aligned(n)
+            step = _LINE + _aligned(n)
+            self.marks.append((_counter(segment, at), _counter(segment, at + step)))
+            at += _LINE
             self.slots.append((segment[at:at + n], segment[at + step:at + step + n]))
-            at += 2 * step
+            at += 2 * step - _LINE
 
     def halves(self, k: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
         """Message k's two slots, as arrays of ``dtype``."""
@@ -107,7 +114,7 @@ class Channel:
 
     @staticmethod
     def bytes(sizes: list[int]) -> int:
-        return 2 * _LINE + sum(2 * _aligned(n) for n in sizes)
+        return 2 * _LINE + sum(2 * (_LINE + _aligned(n)) for n in sizes)
 
 
 def _no_fence() -> None:
@@ -173,15 +180,15 @@ class Pool:
         for peer, sizes in out.items():
             table[self.local[peer], 2] = _digest(sizes)
         fits = np.array([mine_at <= len(mine)], np.int64)
-        self.node.Allreduce(MPI.IN_PLACE, fits, MPI.MIN)
+        _bounded(self.node.Iallreduce(MPI.IN_PLACE, fits, MPI.MIN), fits)
         if not fits[0]:
             return None
         mine[self.used:mine_at] = 0
         self.used = mine_at
         self.win.Sync()
         theirs = np.empty_like(table)
-        self.node.Alltoall(table, theirs)   # (where my channel to them starts, what they
-        self.win.Sync()                     # expect from me, what they send me)
+        _bounded(self.node.Ialltoall(table, theirs), (table, theirs))  # (where my channel
+        self.win.Sync()             # to them starts, what they expect from me, what they send me)
         # a pair whose ranks disagree on its messages (the ranks' plans differ) goes through
         # MPI: a message of another size is reported by its receiver
         out = {p: Channel(p, self.segments[self.local[p]], int(theirs[self.local[p], 0]), sizes)
@@ -202,6 +209,21 @@ class Pool:
             self.win.Unlock_all()
             self.win.Free()
             self.node.Free()
+
+
+def _bounded(request, buffers) -> None:
+    """Wait for a carving's collective ``request`` until PYAR_TIMEOUT (as agreed) at most: a
+    rank whose plan needs mailboxes the others' do not (another element size) must not
+    wait for ever."""
+    timeout = settings.current().timeout
+    try:
+        progress.wait_for(request.Test, progress.deadline_of(timeout), lambda waited:
+                          TimeoutError(f"setting up shared-memory mailboxes (a small plan's "
+                                       f"first call with this element size) waited "
+                                       f"{waited:.1f} s for the other ranks of the node"))
+    except BaseException:
+        progress.ABANDONED.append((request, buffers))   # still posted: MPI may write there
+        raise
 
 
 def _free_pool(comm, keyval, pool) -> None:

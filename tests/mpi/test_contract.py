@@ -27,7 +27,8 @@ def outcome(call):
 def test_a_call_interrupted_mid_way_makes_its_communicator_unusable(comm):
     """Rank 0 is interrupted (KeyboardInterrupt, through the event hook) between the two steps
     of a large ring allreduce: its later calls on that communicator raise, naming the call,
-    and the other ranks, left waiting for its second step, get TimeoutError naming it."""
+    and the other ranks, left waiting for its second step, hear of it (pyar.executors.notice)
+    or time out, naming it."""
     if comm.size == 1:
         pytest.skip("needs another rank")
     mine = pyar.Comm(comm)
@@ -49,7 +50,8 @@ def test_a_call_interrupted_mid_way_makes_its_communicator_unusable(comm):
         ok = isinstance(first, KeyboardInterrupt) and isinstance(later, pyar.PyarError) and \
             "allreduce #2 on rank 0 (ring" in str(later) and "unusable" in str(later)
     else:
-        ok = isinstance(first, pyar.TimeoutError) and "allreduce #2" in str(first) and \
+        told = "rank 0 failed allreduce #2 on rank 0 (ring" in str(first)
+        ok = (isinstance(first, pyar.TimeoutError) or told) and "allreduce #2" in str(first) and \
             isinstance(later, pyar.PyarError) and "unusable" in str(later)
     agree(comm, ok, f"first {first!r}, later {later!r}")
 

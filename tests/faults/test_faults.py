@@ -1,0 +1,115 @@
+"""The fault suite: one rank misbehaves after some good calls (skips a call, calls collectives
+in another order, sleeps past the timeout, passes another count, dtype, op or root, exits
+early, is killed, raises under ``-m mpi4py``); every other rank must get a clear pyar error
+within PYAR_TIMEOUT + 2 s, no call may return a wrong result, nothing may hang past the job's
+timeout, and ``pyar doctor`` on the dumps must name the culprit (rank 2) and the call.
+Each job: tests/faults/faults.py under mpiexec -n 3, bounded by ``timeout``."""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from launch import explain, run  # noqa: E402
+
+from pyar import doctor  # noqa: E402
+
+TIMEOUT = 1.0
+NPROCS, CULPRIT = 3, 2
+# scenario -> what pyar doctor must say (every piece must appear in its report)
+VERDICTS = {
+    "skip": ["control flow diverged at call #5: allreduce on ranks 0-1",
+             "bcast on rank 2", "the odd one out: rank 2"],
+    "order": ["control flow diverged at call #5: allreduce on ranks 0-1",
+              "bcast on rank 2", "the odd one out: rank 2"],
+    "sleep": ["the waits lead to rank 2"],
+    "count": ["ranks disagree on allreduce #5: count 4 on ranks 0-1, count 5 on rank 2"],
+    "dtype": ["ranks disagree on allreduce #5: dtype float32 on ranks 0-1, dtype int32 on "
+              "rank 2"],
+    "dtype64": ["ranks disagree on allreduce #5: dtype float32 on ranks 0-1, dtype float64 on "
+                "rank 2"],
+    "op": ["ranks disagree on allreduce #5: op sum on ranks 0-1, op max on rank 2"],
+    "root": ["bcast #5", "rank 2"],
+    "exit": ["rank 2 is missing: no dump", "the waits lead to rank 2"],
+}
+# the calls whose other ranks may complete correctly (they needed nothing from the culprit)
+MAY_COMPLETE = {"root"}
+TIMES = {}                  # scenario -> seconds to the first error (printed at the end)
+
+
+def rows_of(folder):
+    return [json.loads(path.read_text()) for path in sorted(folder.glob("row*.json"))]
+
+
+def check(name, folder, proc):
+    rows = rows_of(folder / name)
+    where = explain(proc)
+    assert {r["rank"] for r in rows} >= set(range(NPROCS)) - ({CULPRIT} if name == "exit"
+                                                            else set()), where
+    assert not any(r["wrong"] for r in rows), f"a wrong result came back silently: {rows}"
+    errors = [r for r in rows if r["error"]]
+    for row in rows:
+        if row["rank"] == CULPRIT or name in MAY_COMPLETE and not row["error"]:
+            continue
+        assert row["error"] in ("TimeoutError", "MismatchError"), (row, where)
+        assert row["seconds"] <= TIMEOUT + 2.0, row
+    TIMES[name] = min(r["seconds"] for r in errors)
+    report = "\n".join(doctor.diagnose(doctor.load(folder / name)))
+    for piece in VERDICTS[name]:
+        assert piece in report, f"{name}: {piece!r} not in the doctor's report:\n{report}"
+
+
+ALIVE = [name for name in VERDICTS if name != "exit"]     # every rank lives on after it
+
+
+@pytest.fixture(scope="module")
+def alive(tmp_path_factory):
+    """One job for the faults every rank survives, each on a communicator of its own (the
+    failed call's notices drained before the next)."""
+    folder = tmp_path_factory.mktemp("faults")
+    proc = run(NPROCS, "tests/faults/faults.py", str(folder), *ALIVE, timeout=120,
+               env={"PYAR_TIMEOUT": str(TIMEOUT)})
+    return folder, proc
+
+
+@pytest.mark.parametrize("name", ALIVE)
+def test_a_misbehaving_rank_is_an_error_everywhere_and_the_doctor_names_it(name, alive):
+    folder, proc = alive
+    assert proc.returncode == 0, explain(proc)
+    check(name, folder, proc)
+
+
+def test_a_rank_exiting_early(tmp_path):
+    proc = run(NPROCS, "tests/faults/faults.py", str(tmp_path), "exit", timeout=60,
+               env={"PYAR_TIMEOUT": str(TIMEOUT)})
+    assert proc.returncode == 0, explain(proc)
+    check("exit", tmp_path, proc)
+
+
+def test_a_killed_rank_ends_the_job_at_once(tmp_path):
+    """MPICH's launcher kills the whole job when a rank dies (the survivors leave no dump)."""
+    began = time.monotonic()
+    proc = run(NPROCS, "tests/faults/faults.py", str(tmp_path), "kill", timeout=60,
+               env={"PYAR_TIMEOUT": str(TIMEOUT)})
+    assert proc.returncode != 0, explain(proc)
+    assert "BAD TERMINATION" in proc.stdout + proc.stderr, explain(proc)
+    assert time.monotonic() - began < 50, explain(proc)
+
+
+def test_under_mpi4py_one_failing_rank_aborts_the_job_with_its_traceback(tmp_path):
+    proc = run(NPROCS, "tests/faults/faults.py", str(tmp_path), "raise", timeout=60,
+               env={"PYAR_TIMEOUT": str(TIMEOUT)})
+    assert proc.returncode != 0, explain(proc)
+    assert "Traceback" in proc.stderr and ("pyar.errors.TimeoutError" in proc.stderr or
+                                           "pyar.errors.MismatchError" in proc.stderr), \
+        explain(proc)
+    assert "allreduce #5" in proc.stderr, explain(proc)
+
+
+def teardown_module():
+    if TIMES:
+        print("\nfault -> seconds to the first error: " +
+              ", ".join(f"{k} {v:.2f}" for k, v in TIMES.items()))

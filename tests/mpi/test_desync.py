@@ -1,0 +1,243 @@
+"""Desync detection: a call that differs between the ranks after a first good call of the same
+signature (cached plans, mailboxes, persistent requests) raises pyar.MismatchError on every
+rank, naming what each side called, and never returns a result; a rank's failure reaches the
+others through the notice channel; ``check=True`` (PYAR_CHECK=1) compares every call first.
+
+No PYAR_TIMEOUT and no ``timeout=`` here (except where a timeout is the failure): what
+catches a mismatch must not need one.
+"""
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from mpi4py import MPI
+
+import pyar
+from pyar.executors.mpi import RESIDENT_BYTES
+
+from checks import agree
+
+SMALL, LARGE = 4, RESIDENT_BYTES // 4 + 1000        # float32 elements: a Resident, or not
+SECONDS = 5.0                                       # a mismatch is an error within this
+
+pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.Get_size() < 2,
+                                reason="a mismatch needs two ranks")
+
+
+def data(comm, count, dtype=np.float32):
+    return ((comm.rank + 1) * 1000 + np.arange(count)).astype(dtype)
+
+
+def outcome(comm, call):
+    """(error or None, seconds) of ``call()`` on this rank; it must not return a result when
+    it raises elsewhere."""
+    began = time.monotonic()
+    try:
+        call()
+    except pyar.PyarError as e:
+        return e, time.monotonic() - began
+    return None, time.monotonic() - began
+
+
+def expect_mismatch_everywhere(comm, c, call, words=()):
+    """``call()`` raises MismatchError on every rank, within :data:`SECONDS`, each error naming
+    ``words`` (both sides' dtypes or ops); then ``c`` is unusable on every rank."""
+    error, seconds = outcome(comm, call)
+    where = f"{type(error).__name__}: {error} after {seconds:.2f} s"
+    agree(comm, isinstance(error, pyar.MismatchError), where)
+    agree(comm, seconds < SECONDS, where)
+    agree(comm, all(w in str(error) for w in words), f"{words} not all in {where}")
+    later, _ = outcome(comm, lambda: pyar.allreduce(np.ones(2), comm=c))
+    agree(comm, isinstance(later, pyar.PyarError) and "unusable" in str(later), f"{later}")
+    c.free()
+
+
+def run(nonblocking, **kwargs):
+    if nonblocking:
+        return pyar.iallreduce(**kwargs).wait()
+    return pyar.allreduce(**kwargs)
+
+
+@pytest.mark.parametrize("count", [SMALL, LARGE], ids=["resident", "general"])
+@pytest.mark.parametrize("nonblocking", [False, True], ids=["blocking", "nonblocking"])
+def test_a_same_size_dtype_after_a_good_first_call_raises_everywhere(comm, count,
+                                                                      nonblocking):
+    c = pyar.Comm(comm)
+    x = data(comm, count)
+    expected = comm.allreduce(x.astype(np.float64), MPI.SUM)
+    for _ in range(3):      # the signature's plan, Resident and mailboxes are made and cached
+        assert np.allclose(run(nonblocking, x=x, comm=c), expected)
+    odd = x.view(np.int32) if comm.rank == 0 else x     # the same bytes, another dtype
+    expect_mismatch_everywhere(comm, c, lambda: run(nonblocking, x=odd, comm=c),
+                               ["int32", "float32"])
+
+
+@pytest.mark.parametrize("count", [SMALL, LARGE], ids=["resident", "general"])
+@pytest.mark.parametrize("nonblocking", [False, True], ids=["blocking", "nonblocking"])
+def test_another_op_after_a_good_first_call_raises_everywhere(comm, count, nonblocking):
+    c = pyar.Comm(comm)
+    x = data(comm, count)
+    for _ in range(3):
+        run(nonblocking, x=x, op="max", comm=c)
+    op = "sum" if comm.rank == comm.size - 1 else "max"
+    expect_mismatch_everywhere(comm, c, lambda: run(nonblocking, x=x, op=op, comm=c),
+                               ["op=sum", "op=max"])
+
+
+@pytest.mark.parametrize("count", [SMALL, LARGE], ids=["resident", "general"])
+def test_avg_against_sum_raises_everywhere(comm, count):
+    """avg folds as sum: the fingerprint still tells them apart."""
+    c = pyar.Comm(comm)
+    x = data(comm, count)
+    for _ in range(2):
+        pyar.allreduce(x, op="avg", comm=c)
+    op = "sum" if comm.rank == 0 else "avg"
+    expect_mismatch_everywhere(comm, c, lambda: pyar.allreduce(x, op=op, comm=c),
+                               ["op=sum", "op=avg"])
+
+
+@pytest.mark.parametrize("count", [SMALL, LARGE], ids=["resident", "general"])
+def test_collectives_in_another_order_raise_everywhere(comm, count):
+    """Rank 0 calls allreduce then bcast, the others bcast then allreduce (each signature
+    called once before, in the same order): the error names both collectives."""
+    c = pyar.Comm(comm)
+    x = data(comm, count)
+    pyar.allreduce(x, comm=c)
+    pyar.bcast(x.copy(), comm=c)
+
+    def diverged():
+        if comm.rank == 0:
+            pyar.allreduce(x, comm=c)
+            pyar.bcast(x.copy(), comm=c)
+        else:
+            pyar.bcast(x.copy(), comm=c)
+            pyar.allreduce(x, comm=c)
+    expect_mismatch_everywhere(comm, c, diverged, ["allreduce", "bcast"])
+
+
+def test_a_skipped_call_raises_everywhere(comm):
+    """The last rank skips an allreduce (call #3) and goes on: every rank raises, at #3
+    where the mailboxes carry the call's number, else (persistent requests across nodes,
+    whose tags carry no number) once the next calls differ. The first two calls are in the
+    checked part too: a rank may hear of the failure while it finishes them."""
+    c = pyar.Comm(comm)
+    x = data(comm, SMALL)
+
+    def skipped():
+        pyar.allreduce(x, comm=c)
+        pyar.reduce(x, comm=c)
+        if comm.rank != comm.size - 1:
+            pyar.allreduce(x, comm=c)
+        pyar.reduce(x, comm=c)
+        pyar.allreduce(x, comm=c)
+        pyar.barrier(comm=c)
+    expect_mismatch_everywhere(comm, c, skipped, ["allreduce("])
+
+
+CHANGES = {"dtype": dict(x=lambda x: x.view(np.int32)), "op": dict(op="min"),
+           "count": dict(x=lambda x: x[:-1]), "algorithm": dict(algorithm="ring")}
+
+
+@settings(max_examples=12)
+@given(count=st.sampled_from([1, 3, SMALL, 257, LARGE]), change=st.sampled_from(sorted(CHANGES)),
+       odd=st.integers(0, 63), nonblocking=st.booleans(), calls=st.integers(1, 3))
+def test_any_one_difference_after_good_calls_never_returns(comm, count, change, odd,
+                                                           nonblocking, calls):
+    """Property: after ``calls`` good calls, one rank (``odd``) changing the dtype, op, count
+    or algorithm makes every rank raise MismatchError; no rank returns a result."""
+    odd %= comm.size
+    c = pyar.Comm(comm)
+    x = data(comm, count)
+    for _ in range(calls):
+        run(nonblocking, x=x, op="max", algorithm="recursive_doubling", comm=c)
+    kwargs = dict(x=x, op="max", algorithm="recursive_doubling", comm=c)
+    if comm.rank == odd:
+        for key, value in CHANGES[change].items():
+            kwargs[key] = value(x) if callable(value) else value
+    if change == "count" and count == 1:
+        kwargs["x"] = x[:0] if comm.rank == odd else x
+    expect_mismatch_everywhere(comm, c, lambda: run(nonblocking, **kwargs))
+
+
+def test_a_rank_that_times_out_tells_the_others(comm):
+    """Rank 0 gives up after 0.3 s (its own timeout=); the others, late and with no timeout,
+    raise at once with rank 0's error instead of waiting."""
+    c = pyar.Comm(comm)
+    x = data(comm, SMALL)
+    if comm.rank == 0:
+        error, seconds = outcome(comm, lambda: pyar.allreduce(x, comm=c, timeout=0.3))
+    else:
+        time.sleep(1.0)
+        error, seconds = outcome(comm, lambda: pyar.allreduce(x, comm=c))
+    where = f"{type(error).__name__}: {error} after {seconds:.2f} s"
+    agree(comm, isinstance(error, pyar.TimeoutError), where)
+    if comm.rank:
+        agree(comm, "rank 0 failed allreduce #1" in str(error) and seconds < 1.0, where)
+        agree(comm, getattr(error, "failed_rank", None) == 0, where)
+    else:
+        agree(comm, True)
+        agree(comm, True)
+    c.free()
+
+
+def test_a_rank_waiting_without_a_timeout_learns_of_a_peer_failure(comm):
+    """Rank 0 fails a large call mid-way (its timeout=, the others come 1 s late); the others
+    then wait on a second call that rank 0 never makes: they raise within a second."""
+    c = pyar.Comm(comm)
+    x = data(comm, LARGE)
+    pyar.allreduce(x, comm=c)
+    if comm.rank == 0:
+        error, seconds = outcome(comm, lambda: pyar.allreduce(x, comm=c, timeout=0.3))
+    else:
+        time.sleep(1.0)
+        error, seconds = outcome(comm, lambda: (pyar.allreduce(x, comm=c),
+                                                pyar.allreduce(x[:5], comm=c)))
+    where = f"{type(error).__name__}: {error} after {seconds:.2f} s"
+    agree(comm, isinstance(error, pyar.TimeoutError), where)
+    agree(comm, seconds < 2.0, where)
+    c.free()
+
+
+def test_check_names_the_ranks_calls_and_source_lines_and_keeps_the_comm(comm):
+    c = pyar.Comm(comm, check=True)
+    x = data(comm, SMALL)
+    for _ in range(2):
+        pyar.allreduce(x, comm=c)
+    odd = comm.size - 1
+    error, _ = outcome(comm, lambda: pyar.allreduce(x if comm.rank != odd else x[:3],
+                                                    comm=c))
+    text = str(error)
+    agree(comm, isinstance(error, pyar.MismatchError), text)
+    others = "rank 0" if odd == 1 else f"ranks 0-{odd - 1}"
+    agree(comm, f"{others} called #3 allreduce(op=sum, dtype=float32, count=4" in text, text)
+    agree(comm, f"rank {odd} called #3 allreduce(op=sum, dtype=float32, count=3" in text, text)
+    agree(comm, "test_desync.py:" in text, text)
+    expected = comm.allreduce(x.astype(np.float64), MPI.SUM)    # the Comm is still usable
+    agree(comm, np.allclose(pyar.allreduce(x, comm=c), expected))
+    c.free()
+
+
+def test_check_catches_collectives_in_another_order_before_any_message(comm):
+    c = pyar.Comm(comm, check=True)
+    x = data(comm, SMALL)
+    first = pyar.bcast if comm.rank == 0 else pyar.allreduce
+    error, _ = outcome(comm, lambda: first(x.copy(), comm=c))
+    text = str(error)
+    agree(comm, isinstance(error, pyar.MismatchError), text)
+    agree(comm, "called #1 bcast(" in text and "called #1 allreduce(" in text, text)
+    c.free()
+
+
+def test_pyar_check_sets_the_default_and_must_agree(comm, monkeypatch):
+    monkeypatch.setenv("PYAR_CHECK", "1")
+    c = pyar.Comm(comm)
+    agree(comm, c.check)
+    c.free()
+    monkeypatch.setenv("PYAR_CHECK", "1" if comm.rank == 0 else "0")
+    with pytest.raises(ValueError, match="must be the same on every rank"):
+        pyar.Comm(comm)
+    monkeypatch.setenv("PYAR_CHECK", "yes")
+    with pytest.raises(ValueError, match="PYAR_CHECK must be 0 or 1"):
+        pyar.Comm(comm)

@@ -12,7 +12,7 @@ EXTRAS   ?= test,plot,torch
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 
-.PHONY: run test test-mpi bench bench-kernels gpu-check examples verify clean
+.PHONY: run test test-quick test-mpi bench bench-kernels gpu-check examples verify clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,8 +31,15 @@ run: $(VENV)/.kernels
 	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m mpi4py -m pyar bench -b 8 -e 64M -f 2 -a all,auto \
 	  --json $(BENCH_OUT).json --plot $(BENCH_OUT).png
 
+# Everything: the pure tests, then the MPI matrix (each run says its rank count, setting and
+# time as it goes); the 30 slowest tests at the end.
 test: $(VENV)/.kernels
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=30
+
+# The edit-test loop: the pure tests, none that launches mpiexec, 20 examples per property
+# (make test draws 60).
+test-quick: $(VENV)/.kernels
+	PYAR_TEST_EXAMPLES=20 $(PY) -m pytest tests -q -m "not mpiexec" -x
 
 # The MPI tests alone, at one rank count: make test-mpi NP=3
 test-mpi: $(VENV)/.kernels

@@ -8,6 +8,13 @@ A blocking call waits for it (on the executor's lean paths when nothing
 else needs attention: no deadline, no hook, nothing in flight); a
 nonblocking one (``iallreduce`` ...) returns it as a :class:`pyar.Request`.
 ``timeout=`` (else ``PYAR_TIMEOUT``) bounds every wait of a call.
+
+Threads: a call holds its communicator's :attr:`Comm.busy` lock, so a call
+from another thread on the same communicator meanwhile raises PyarError
+(MPI's collectives on one communicator must be called in one order on
+every rank, which racing threads cannot keep); different communicators in
+different threads run at once (given MPI_THREAD_MULTIPLE; see
+:mod:`pyar.comm`). Requests may be tested and waited for from any thread.
 """
 
 from __future__ import annotations
@@ -66,6 +73,9 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
                 type(x) is np.ndarray and progress.hook is None and not progress.OPEN and \
                 progress.thread is None:        # (progress.quiet(), inline)
             c = repeat.c
+            busy = c.busy
+            if not busy.acquire(False):
+                c.enter("pyar.allreduce")      # raises: another thread's call is on c
             deadline = None if c.timeout is None else _monotonic() + c.timeout
             rec = c.recorder
             if rec is not None:                 # the flight recorder's record, inline
@@ -87,6 +97,8 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
                 if own:
                     raise e from None
                 raise
+            finally:
+                busy.release()
             if done is not None:
                 if rec is not None:
                     entry[5] = _clock()         # (recorder.ENDED)
@@ -185,6 +197,9 @@ def collective(name: str, x, out=None, *, op="sum", root=0, algorithm="auto", co
     """Any registered collective by name (one added with ``register_collective`` too), with
     the arguments its record takes; a :class:`pyar.Request` if ``nonblocking``."""
     record = record_of(name)
+    if root and not record.rooted:      # (it ran a rooted schedule: data left unreduced)
+        rooted = [r.name for r in records() if r.rooted]
+        raise ValueError(f"root is for {rooted}, not {name!r}")
     return _run(record, x, out, op if record.reduces else None, algorithm, comm, root,
                 timeout, nonblocking)
 
@@ -193,7 +208,8 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
          remember=None):
     """Run ``record``'s collective: validate, pick the algorithm, build the call's run; then
     wait for it (``nonblocking`` False: its result) or put it in flight (its Request)."""
-    with progress.lock():                  # (a progress thread's: one caller at a time)
+    busy = Comm.of(comm).enter(f"pyar.{record.name}")   # (another thread's call: an error)
+    try:
         if not isinstance(x, np.ndarray):  # torch: pyar.torch; cupy: pyar.device
             if type(x).__module__.startswith("torch"):
                 from . import torch as _torch
@@ -210,6 +226,8 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
         except PyarError as e:      # (a run's own failure has been recorded already)
             recorder.failed(None, e)
             raise
+    finally:
+        busy.release()
 
 
 def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, call,

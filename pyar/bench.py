@@ -544,26 +544,56 @@ def pyplot():
 
 
 def plot(report: dict, path: str) -> None:
-    """Bus bandwidth against size per implementation, log axes (algbw at 1 rank, where busbw
-    is 0)."""
+    """Two panels against size: time (log-log, where small messages can be compared) and bus
+    bandwidth (algbw at 1 rank, where busbw is 0); out of place solid, in place dashed;
+    ``auto`` and the MPI library drawn thick, the other algorithms thin; the x axis ends at
+    the data; titled with the collective, dtype, rank count and MPI library."""
     plt = pyplot()
     config = report["config"]
     metric = "busbw" if entry(config["collective"]).factor(config["ranks"]) else "algbw"
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    fig, (times, bandwidths) = plt.subplots(1, 2, figsize=(13, 5.2), dpi=110)
+    tab10 = plt.get_cmap("tab10").colors     # red, blue: auto's and gloo's alone
+    colours = iter([tab10[i] for i in (1, 2, 4, 5, 6, 7, 8, 9)] * 4)
     for name in config["algorithms"]:
-        points = [(row["size"], (row["out_of_place"] or row["in_place"])[metric])
-                  for row in report["rows"] if row["algorithm"] == name]
-        style = dict(color="black", linestyle="--", linewidth=2) if name == LIBRARY else {}
-        ax.plot(*zip(*points), marker="o", markersize=3, label=name, **style)
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(lambda value, _: format_size(int(value)))
-    ax.set_yscale("log")
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel(f"{'bus' if metric == 'busbw' else 'algorithm'} bandwidth (GB/s)")
-    ax.set_title(f"pyar bench: {config['collective']}, {config['dtype']} {config['op']}, "
-                 f"{config['ranks']} ranks (mpi = {config['baseline']})", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+        rows = [row for row in report["rows"] if row["algorithm"] == name]
+        if name in (LIBRARY, AUTO, GLOO):
+            style = {LIBRARY: dict(color="black", linewidth=2.6, zorder=5),
+                     AUTO: dict(color="tab:red", linewidth=2.6, zorder=6),
+                     GLOO: dict(color="tab:blue", linewidth=2.2, zorder=4)}[name]
+            label = f"{name} ({config['baseline']})" if name == LIBRARY else name
+        else:
+            style, label = dict(color=next(colours), linewidth=1, alpha=0.7), name
+        for variant, dashes in ((OUT_OF_PLACE, "-"), (IN_PLACE, "--")):
+            points = [(row["size"], row[variant]["time_us"], row[variant][metric])
+                      for row in rows if row[variant] is not None]
+            if not points:
+                continue
+            sizes, us, bw = zip(*points)
+            for ax, values in ((times, us), (bandwidths, bw)):
+                ax.plot(sizes, values, linestyle=dashes, marker="o", markersize=2.5,
+                        label=label, **style)
+            label = None            # one legend entry per implementation
+    sizes = [row["size"] for row in report["rows"]]
+    for ax in (times, bandwidths):
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(min(sizes), max(sizes))
+        ax.xaxis.set_major_formatter(lambda value, _: format_size(int(value)))
+        ax.set_xlabel("size (bytes)")
+        ax.grid(True, which="both", alpha=0.3)
+    times.set_yscale("log")
+    times.set_ylabel("time per call (us)")
+    times.set_title("time (lower is better)", fontsize=10)
+    bandwidths.set_ylabel(f"{'bus' if metric == 'busbw' else 'algorithm'} bandwidth (GB/s)")
+    bandwidths.set_title(f"{metric} (higher is better)", fontsize=10)
+    bandwidths.set_ylim(bottom=0)
+    handles, labels = times.get_legend_handles_labels()
+    handles += [plt.Line2D([], [], color="gray", linestyle="-"),
+                plt.Line2D([], [], color="gray", linestyle="--")]
+    labels += ["out of place", "in place"]
+    bandwidths.legend(handles, labels, fontsize=8, loc="upper left")
+    library = " ".join(config["mpi_library"].split())
+    fig.suptitle(f"pyar bench: {config['collective']}, {config['dtype']} {config['op']}, "
+                 f"{config['ranks']} ranks, {library}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

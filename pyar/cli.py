@@ -1,12 +1,17 @@
-"""The ``pyar`` command (also ``python -m pyar``): info, bench, overlap, sim, model, tune,
-doctor, trace, verify and draw."""
+"""The pyar command (also python -m pyar): run, time, check, cost, draw and debug collectives.
+
+Subcommands: info, bench, overlap, sim, model, tune, doctor, trace, verify and draw.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import math
 import os
 import platform
+import re
 import sys
 from importlib import metadata
 
@@ -19,6 +24,42 @@ def _version(package: str) -> str:
 
 
 def info(args) -> int:
+    """Print this rank's facts (:func:`_facts`) once, on rank 0, under mpiexec too: with the
+    lines other ranks see differently under them, and a line per node saying which ranks
+    are there and what they see of CUDA."""
+    from mpi4py import MPI
+
+    from pyar.info import summary
+
+    comm = MPI.COMM_WORLD
+    facts = io.StringIO()
+    with contextlib.redirect_stdout(facts):
+        _facts()
+    lines = comm.gather(facts.getvalue().splitlines(), root=0)
+    if comm.Get_rank() == 0:
+        print("\n".join(summary(lines, comm.gather(_node_facts(), root=0))))
+    else:
+        comm.gather(_node_facts(), root=0)
+    return 0
+
+
+def _node_facts() -> dict:
+    """What ``pyar info`` says of this rank in its per-node summary."""
+    from mpi4py import MPI
+
+    from pyar import device
+    from pyar.executors import cuda
+
+    aware = cuda.awareness()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return {"host": MPI.Get_processor_name(),
+            "cuda": f"CUDA-aware MPI {'yes' if aware.aware else 'no'}; GPU buffers: "
+                    f"{device.gpu_summary()}"
+                    + ("" if visible is None else f"; CUDA_VISIBLE_DEVICES={visible}")}
+
+
+def _facts() -> None:
+    """This rank's lines of ``pyar info``, printed."""
     from mpi4py import MPI
 
     import pyar
@@ -216,7 +257,36 @@ def draw(args) -> int:
     return d.command(args)
 
 
-def main(argv=None) -> int:
+_MARKUP = [(re.compile(r":[a-z]+:`~?([^`]*)`"), r"\1"),   # :func:`x`, :class:`~a.B`
+           (re.compile(r"``([^`]*)``"), r"\1"),              # ``literal``
+           (re.compile(r"`([^`]*)`_?"), r"\1")]              # `title`, `link`_
+
+
+def plain(text: str | None) -> str | None:
+    """``text`` without reStructuredText markup, for ``--help``."""
+    if text is None:
+        return None
+    for pattern, repl in _MARKUP:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Every description and help text of ``parser`` and its subcommands made plain (some come
+    from docstrings); a subcommand without a description gets its one-line help."""
+    parser.description = plain(parser.description)
+    for action in parser._actions:
+        action.help = plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                choice.help = plain(choice.help)
+                sub = action.choices[choice.dest]
+                sub.description = plain(sub.description) or choice.help
+                _plain_help(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``pyar`` command's parser, every help text plain."""
     parser = argparse.ArgumentParser(prog="pyar", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, the MPI library, the registered algorithms")
@@ -233,8 +303,12 @@ def main(argv=None) -> int:
                    help="1: check every row against the MPI library's result (default); 0: don't")
     p.add_argument("-a", "--algo", default="all,auto",
                    help="comma list of algorithms; 'all' = every registered one (default all,auto)")
-    p.add_argument("-d", "--dtype", default="float32")
-    p.add_argument("-o", "--op", default="sum")
+    p.add_argument("-d", "--dtype", default="float32",
+                   help="element type: int8 ... uint64, float16, bfloat16, float32, float64 "
+                        "(default float32)")
+    p.add_argument("-o", "--op", default="sum",
+                   help="reduction: sum, prod, max, min or avg (default sum; ignored by "
+                        "collectives that do not reduce)")
     p.add_argument("--collective", default="allreduce",
                    help="allreduce, reduce_scatter, allgather, reduce, bcast or alltoall "
                         "(default allreduce)")
@@ -242,7 +316,8 @@ def main(argv=None) -> int:
                    help="also time torch.distributed's gloo (needs torch)")
     p.add_argument("--json", metavar="FILE", help="write the configuration and every row")
     p.add_argument("--plot", metavar="FILE.png",
-                   help="draw busbw against size (needs matplotlib: pip install 'pyar[plot]')")
+                   help="draw time and busbw against size, out of place and in place "
+                        "(needs matplotlib: pip install 'pyar[plot]')")
     p.add_argument("--trace", metavar="FILE.json",
                    help="write a timeline of every call (PYAR_TRACE; calls then take the "
                         "instrumented path: slower than untraced)")
@@ -263,11 +338,14 @@ def main(argv=None) -> int:
     p.add_argument("-a", "--algo", default="auto", help="allreduce algorithm (default auto)")
     p = sub.add_parser("sim", help="simulate algorithms for many ranks in this process: "
                                    "steps, traffic, time, correctness")
-    p.add_argument("-a", "--algo", default="all", help="comma list of algorithms, or all")
-    p.add_argument("-n", "--nranks", type=int, default=64)
-    p.add_argument("-c", "--count", type=int, default=4096, help="elements per rank")
-    p.add_argument("-d", "--dtype", default="float32")
-    p.add_argument("-o", "--op", default="sum")
+    p.add_argument("-a", "--algo", default="all",
+                   help="comma list of algorithms, or all (default all)")
+    p.add_argument("-n", "--nranks", type=int, default=64, help="ranks (default 64)")
+    p.add_argument("-c", "--count", type=int, default=4096,
+                   help="elements per rank (default 4096)")
+    p.add_argument("-d", "--dtype", default="float32", help="element type (default float32)")
+    p.add_argument("-o", "--op", default="sum",
+                   help="sum, prod, max, min or avg (default sum)")
     p.add_argument("--ranks-per-node", type=int, default=0,
                    help="emulate nodes of this many ranks (inter-node bytes: total over ranks)")
     p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model, "
@@ -278,8 +356,9 @@ def main(argv=None) -> int:
     p.add_argument("--bytes", default="1M",
                    help="size of the collective's buffer, e.g. 8, 64K, 1M (allgather: all N "
                         "blocks, as nccl-tests counts it)")
-    p.add_argument("-d", "--dtype", default="float32")
-    p.add_argument("--collective", default="allreduce", help="default allreduce")
+    p.add_argument("-d", "--dtype", default="float32", help="element type (default float32)")
+    p.add_argument("--collective", default="allreduce",
+                   help="the collective to cost (default allreduce)")
     p.add_argument("--schedule", action="store_true",
                    help="cost the schedules themselves, not the built-in closed forms")
     p.add_argument("--ranks-per-node", type=int, default=None, metavar="K",
@@ -296,7 +375,8 @@ def main(argv=None) -> int:
                    "(allreduce(x, comm, op='sum', out=None)), pyar:ALGO, pyar:all, or mpi")
     p.add_argument("--ranks", default="1-8", help="rank counts, e.g. 1-8 or 2,3,5 (default 1-8)")
     p.add_argument("--quick", action="store_true", help="the quick profile (--profile quick)")
-    p.add_argument("--profile", default="full", choices=["full", "quick", "smoke"])
+    p.add_argument("--profile", default="full", choices=["full", "quick", "smoke"],
+                   help="how many cases per dimension: full (default), quick, smoke")
     p.add_argument("--dims", default=None, help="comma list of dimensions (default all: "
                    "counts,dtypes,layouts,modes,repeat,interleave,values)")
     p.add_argument("--skip", default=None, help="comma list of dimensions to leave out")
@@ -313,15 +393,21 @@ def main(argv=None) -> int:
     p = sub.add_parser("draw", help="a schedule as a picture (ranks as lanes, steps as "
                                     "columns) or, with --table, a per-step text table")
     p.add_argument("algo", help="a registered algorithm")
-    p.add_argument("-n", "--nranks", type=int, default=4)
+    p.add_argument("-n", "--nranks", type=int, default=4, help="ranks (default 4)")
     p.add_argument("-c", "--count", type=int, default=None,
                    help="elements (default: one per rank)")
-    p.add_argument("--collective", default="allreduce")
+    p.add_argument("--collective", default="allreduce", help="default allreduce")
     p.add_argument("-o", "--output", default=None, metavar="FILE.png|.svg",
                    help="write the drawing (default ALGO-N.png)")
     p.add_argument("--table", action="store_true", help="print the per-step table instead")
     p.add_argument("--load", action="append", default=[], metavar="SPEC",
                    help="import path.py or a module first (e.g. one registering an algorithm)")
+    _plain_help(parser)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return {"info": info, "bench": bench, "overlap": overlap, "sim": sim, "model": model,

@@ -5,11 +5,20 @@ attribute (the way MPI libraries keep their own communicators), so pyar's
 messages can never match the user's and the duplicate is freed with the
 user's communicator. The Comm also knows the ranks' :class:`Topology`,
 caches compiled schedules and numbers the collectives called on it.
+
+Threads: the collectives on one communicator must be called one at a time
+and in the same order on every rank (MPI's rule, which threads racing for
+it cannot keep), so a call while another thread is in a call on the same
+Comm raises PyarError at once (:meth:`Comm.enter`). Different communicators
+in different threads are fine when MPI provides MPI_THREAD_MULTIPLE (mpi4py
+asks for it); with less, no two pyar calls may overlap at all, on any
+communicator, and the second raises.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import zlib
 
 import numpy as np
@@ -64,6 +73,26 @@ def _free_duplicate(comm, keyval, attr):
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_duplicate)
+_MAKING: set = set()                # handles of the communicators whose Comm is being made
+_MAKING_LOCK = threading.Lock()
+_ANY_CALL = threading.Lock()        # every Comm's, when MPI has less than THREAD_MULTIPLE
+_LEVELS = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
+           MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED"}
+
+
+def _overlap_error(what: str) -> PyarError:
+    level = MPI.Query_thread()
+    if level >= MPI.THREAD_MULTIPLE:
+        return PyarError(
+            f"{what}: another thread is in a pyar call on this communicator; the collectives "
+            f"on one communicator must be called one at a time and in the same order on "
+            f"every rank (MPI's rule), which threads cannot guarantee: give each thread a "
+            f"communicator of its own (comm.Dup())")
+    return PyarError(
+        f"{what}: another thread is in a pyar call, and this MPI was initialized with "
+        f"{_LEVELS.get(level, level)}, not MPI_THREAD_MULTIPLE, so pyar calls from several "
+        f"threads must not overlap, on any communicator (mpi4py.rc.thread_level = "
+        f"'multiple' asks for more)")
 
 
 class Comm:
@@ -100,6 +129,8 @@ class Comm:
         fp_bits, self._seq_bits = tag_bits(self.mpi)
         self._fp_mask, self._seqs = (1 << fp_bits) - 1, (1 << self._seq_bits) - 1
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
+        # held by the call in progress on it (acquire(False): see enter)
+        self.busy = threading.Lock() if MPI.Query_thread() >= MPI.THREAD_MULTIPLE else _ANY_CALL
         self.recorder = recorder.attach(self, recorder.DEFAULT_CALLS if self.settings.
                                         trace_buffer is None else self.settings.trace_buffer)
         log.comm_made(self)
@@ -132,9 +163,34 @@ class Comm:
                             f"got {comm!r}")
         found = base.Get_attr(_KEYVAL)
         if found is None:
-            found = cls(base)
-            base.Set_attr(_KEYVAL, found)
+            found = cls._make(base)
         return found
+
+    @classmethod
+    def _make(cls, base: MPI.Comm) -> Comm:
+        """The Comm of ``base``, made now (collective); PyarError if another thread is making
+        it at the same time."""
+        handle = MPI._handleof(base)
+        with _MAKING_LOCK:
+            if handle in _MAKING:
+                raise _overlap_error("making a pyar.Comm")
+            _MAKING.add(handle)
+        try:
+            found = base.Get_attr(_KEYVAL)      # another thread's, made meanwhile
+            if found is None:
+                found = cls(base)
+                base.Set_attr(_KEYVAL, found)
+            return found
+        finally:
+            _MAKING.discard(handle)
+
+    def enter(self, what: str):
+        """Begin a call (``what``, e.g. ``"pyar.allreduce"``) on this Comm: its :attr:`busy`
+        lock, taken without waiting, or PyarError saying why another thread's call in
+        progress on it forbids this one. The caller releases it (``c.busy.release()``)."""
+        if not self.busy.acquire(False):
+            raise _overlap_error(what)
+        return self.busy
 
     def next_tag(self, entry: tuple = (1, None)) -> int:
         """Number the next collective on this Comm (:attr:`seq`) and remember its ``entry``,
@@ -165,8 +221,12 @@ class Comm:
 
     def free(self) -> None:
         """Release the duplicate communicator (also done when the user's is freed)."""
-        with progress.lock():
-            self._free()
+        self.enter("pyar.Comm.free")
+        try:
+            with progress.lock():
+                self._free()
+        finally:
+            self.busy.release()
 
     def _free(self) -> None:
         self._retire()

@@ -1,7 +1,12 @@
 """Choosing the algorithm: an explicit name, else ``PYAR_ALGO``, else the cost model (``auto``).
 
-``PYAR_ALGO`` works like NCCL_ALGO: one name for every collective
-(``PYAR_ALGO=ring``) or per collective (``allreduce:ring;allgather:bruck``).
+``PYAR_ALGO`` works like NCCL_ALGO: a bare name (``PYAR_ALGO=ring``) is that
+algorithm for every collective that has one of the name and ``auto`` for the
+others; ``collective:name`` entries (``allreduce:ring;allgather:bruck``) name
+one collective's, and win over a bare name. The whole value is checked at
+once, whichever collective is called: a name no collective has, a
+collective's name it lacks, or an unknown collective is one ValueError
+listing what is valid.
 
 ``auto`` picks, per collective, rank count, element count and dtype, the
 candidate with the least time predicted by :mod:`pyar.cost` under the
@@ -32,8 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cost
-from .algorithms import AUTO, LIBRARY, algorithm as registered, algorithms, check_name, generation
+from . import collectives, cost
+from .algorithms import (AUTO, LIBRARY, algorithm as registered, algorithms, check_name,
+                         generation)
 from .errors import ScheduleError
 
 FORMAT = "pyar-tuning/1"
@@ -61,13 +67,48 @@ _params: dict = {}          # tuning file path -> Params
 
 
 @functools.lru_cache(maxsize=16)
-def _parse_override(text: str) -> dict:
-    """``{collective or None: name}`` from a PYAR_ALGO value."""
-    table = {}
+def _parse_override(text: str, registered_generation: int) -> dict:
+    """``{collective or None: name}`` from a PYAR_ALGO value, checked against the registry as
+    it was at ``registered_generation``; one ValueError saying all that is wrong."""
+    table, wrong = {}, []
     for item in filter(None, (part.strip() for part in text.split(";"))):
-        collective, sep, name = item.rpartition(":")
-        table[collective.strip() if sep else None] = name.strip()
+        collective, sep, name = (part.strip() for part in item.rpartition(":"))
+        if not sep:
+            if name != AUTO and not any(name in algorithms(c) for c in collectives.names()):
+                wrong.append(f"no collective has an algorithm {name!r}")
+            table[None] = name
+        elif collective not in collectives.names():
+            wrong.append(f"unknown collective {collective!r} in {item!r} (collectives: "
+                         f"{', '.join(collectives.names())})")
+        elif name != AUTO and name not in algorithms(collective):
+            wrong.append(f"unknown {collective} algorithm {name!r}")
+        else:
+            table[collective] = name
+    if wrong:
+        valid = "; ".join(f"{c}: {', '.join(algorithms(c))}" for c in collectives.names())
+        raise ValueError(f"PYAR_ALGO={text!r}: {'; '.join(wrong)}. Expected a name (that "
+                         f"algorithm where a collective has it, auto elsewhere) or "
+                         f"collective:name entries separated by ';', from: {valid} "
+                         f"(or {AUTO!r} anywhere)")
     return table
+
+
+def forced(text: str, collective: str) -> str | None:
+    """The algorithm the PYAR_ALGO value ``text`` names for ``collective``: its own entry,
+    else the bare name if ``collective`` has it, else None (auto); ValueError if ``text``
+    names anything unknown, whichever collective asks (memoised)."""
+    return _forced(text, collective, generation[0])
+
+
+@functools.lru_cache(maxsize=64)
+def _forced(text: str, collective: str, registered_generation: int) -> str | None:
+    table = _parse_override(text, registered_generation)
+    name = table.get(collective)
+    if name is None:
+        name = table.get(None)
+        if name is not None and name != AUTO and name not in algorithms(collective):
+            return None
+    return None if name == AUTO else name
 
 
 # CPython keeps the environment in ``os.environ._data`` (keys encoded): the hot path reads
@@ -102,12 +143,6 @@ def _overrides_reader():
 overrides = _overrides_reader()
 
 
-def _forced(text: str, collective: str) -> str | None:
-    """The algorithm the PYAR_ALGO value ``text`` names for ``collective``, if any."""
-    table = _parse_override(text)
-    return table.get(collective, table.get(None))
-
-
 def select(collective: str, algorithm: str, size: int, count: int, nbytes: int,
            dtype=None, topology=None) -> str:
     """The algorithm to run: ``algorithm`` unless it is ``auto``; ValueError if unknown.
@@ -120,12 +155,9 @@ def select(collective: str, algorithm: str, size: int, count: int, nbytes: int,
         return check_name(algorithm, collective)
     text = _pyar_algo()
     if text:
-        forced = _forced(text, collective)
-        if forced and forced != AUTO:
-            try:
-                return check_name(forced, collective)
-            except ValueError as e:
-                raise ValueError(f"PYAR_ALGO: {e}") from None
+        name = forced(text, collective)
+        if name is not None:
+            return name
     # id(): hashing a Topology hashes all its ranks; the entry keeps the object, so its id
     # cannot be reused while the entry lives. generation: a registration may change the choice
     key = (collective, size, count, nbytes, dtype, _tuning_file(), id(topology), generation[0])

@@ -17,7 +17,9 @@ def pytest_ignore_collect(collection_path, config):
                        for arg in config.args)
     return None
 
-settings.register_profile("pyar", deadline=None, max_examples=60,
+# PYAR_TEST_EXAMPLES: fewer examples per property (make test-quick draws 20)
+settings.register_profile("pyar", deadline=None,
+                          max_examples=int(os.environ.get("PYAR_TEST_EXAMPLES", "60")),
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("pyar")
 
@@ -32,3 +34,26 @@ def scratch_registry():
     _registry.clear()
     _registry.update(saved)
     generation[0] += 1
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "mpiexec: launches mpiexec (or make) in a subprocess; "
+                                       "make test-quick leaves these out")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``mpiexec`` every test whose function calls launch.run (tests/launch.py) or runs
+    ``make``: what makes the whole suite slow, and what ``make test-quick`` leaves out."""
+    import dis
+
+    import launch
+
+    for item in items:
+        function = getattr(item, "function", None)
+        if function is None or getattr(item.module, "run", None) is not launch.run and \
+                "make" not in function.__code__.co_consts:
+            continue
+        if "make" in function.__code__.co_consts or any(
+                ins.opname == "LOAD_GLOBAL" and ins.argval == "run"
+                for ins in dis.get_instructions(function)):
+            item.add_marker(pytest.mark.mpiexec)

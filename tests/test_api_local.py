@@ -77,7 +77,7 @@ def test_explicit_argument_beats_pyar_algo_which_beats_auto(monkeypatch):
     monkeypatch.setenv("PYAR_ALGO", "allgather:bruck")
     assert tuner.select("allreduce", "auto", 8, 16, 64) == "recursive_doubling"
     monkeypatch.setenv("PYAR_ALGO", "nope")
-    with pytest.raises(ValueError, match="PYAR_ALGO: unknown allreduce algorithm 'nope'"):
+    with pytest.raises(ValueError, match="PYAR_ALGO='nope': no collective has an algorithm 'nope'"):
         tuner.select("allreduce", "auto", 8, 16, 64)
 
 
@@ -186,3 +186,9 @@ def test_a_read_only_x_worked_in_place_is_named_x(call):
     out.flags.writeable = False
     with pytest.raises(ValueError, match="^out is read-only"):
         pyar.allreduce(x, out)
+
+
+def test_a_root_for_a_collective_without_one_is_an_error():
+    """pyar.collective("reduce_scatter", x, root=2) returned x's block unreduced."""
+    with pytest.raises(ValueError, match="root is for .*'reduce', .*not 'reduce_scatter'"):
+        pyar.collective("reduce_scatter", np.ones(4), root=1, comm=MPI.COMM_SELF)

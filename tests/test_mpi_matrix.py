@@ -1,24 +1,60 @@
 """The MPI tests (tests/mpi) at every rank count of the matrix, each run under a timeout;
 two runs emulate several nodes on this machine with PYAR_RANKS_PER_NODE, two give small
-plans' messages less shared memory (PYAR_SHM_BYTES): none, or enough for a few plans."""
+plans' messages less shared memory (PYAR_SHM_BYTES): none, or enough for a few plans.
+
+Each run says, past pytest's capture, which rank count and setting it is running and how
+long it took (and the tests/mpi tally), so `make test` shows where it is. Each run draws
+PYAR_TEST_EXAMPLES (default here 50) hypothesis examples per property, instead of the 150
+a single `make test-mpi` run draws: ten runs at different rank counts check more than one."""
+
+import re
+import time
 
 import pytest
 
 from launch import explain, run
 
+EXAMPLES = "50"
+
+
+def describe(nprocs, ranks_per_node, shm_bytes) -> str:
+    words = [f"{nprocs} rank{'s' if nprocs > 1 else ''}"]
+    if ranks_per_node:
+        words.append(f"PYAR_RANKS_PER_NODE={ranks_per_node}")
+    if shm_bytes is not None:
+        words.append(f"PYAR_SHM_BYTES={shm_bytes}")
+    return ", ".join(words)
+
+
+def case(nprocs, ranks_per_node=None, shm_bytes=None):
+    """A run of the matrix, its id e.g. ``np5-rpn2`` or ``np3-shm0``."""
+    tail = (f"-rpn{ranks_per_node}" if ranks_per_node else "") + \
+        ("" if shm_bytes is None else f"-shm{shm_bytes}")
+    return pytest.param(nprocs, ranks_per_node, shm_bytes, id=f"np{nprocs}{tail}")
+
 
 @pytest.mark.parametrize("nprocs,ranks_per_node,shm_bytes", [
-    (1, None, None), (2, None, None), (3, None, None), (4, None, None), (5, None, None),
-    (8, None, None),
-    (5, 2, None), (8, 3, None),     # emulated nodes of unequal size: 2+2+1 and 3+3+2
-    (3, None, "0"),                 # no shared-memory mailboxes: small plans on MPI requests
-    (4, None, "20000")])            # mailboxes for the first plans only, then MPI
-def test_mpi_suite(nprocs, ranks_per_node, shm_bytes):
-    env = {"PYAR_RANKS_PER_NODE": str(ranks_per_node)} if ranks_per_node else {}
+    case(1), case(2), case(3), case(4), case(5), case(8),
+    case(5, 2), case(8, 3),         # emulated nodes of unequal size: 2+2+1 and 3+3+2
+    case(3, shm_bytes="0"),         # no shared-memory mailboxes: small plans on MPI requests
+    case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI
+def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, capsys):
+    env = {"PYAR_TEST_EXAMPLES": EXAMPLES}
+    if ranks_per_node:
+        env["PYAR_RANKS_PER_NODE"] = str(ranks_per_node)
     if shm_bytes is not None:
         env["PYAR_SHM_BYTES"] = shm_bytes
+    what = describe(nprocs, ranks_per_node, shm_bytes)
+    with capsys.disabled():
+        print(f"\n[MPI matrix] tests/mpi on {what} ...", flush=True)
+    start = time.monotonic()
     proc = run(nprocs, "-m", "pytest", "tests/mpi", "-q", "--capture=sys", "-p",
                "no:cacheprovider", "--timeout=240", "--timeout-method=thread", timeout=400,
                env=env)
+    tally = re.findall(r"^=*\s*(\d+ passed.*?) in [\d.]+s", proc.stdout, re.M)
+    with capsys.disabled():
+        print(f"[MPI matrix] {what}: {'ok' if proc.returncode == 0 else 'FAILED'} in "
+              f"{time.monotonic() - start:.0f} s ({tally[0] if tally else 'no tally'})",
+              flush=True)
     assert proc.returncode == 0, explain(proc)
     assert " passed" in proc.stdout and " failed" not in proc.stdout, explain(proc)

@@ -82,7 +82,14 @@ class Run:
 
     def progress(self) -> bool:
         """Advance as far as possible without blocking; True once complete (or failed). An
-        interrupt (not an Exception) fails the run and goes on up."""
+        interrupt (not an Exception) fails the run and goes on up. Under :data:`_lock`, so
+        that threads waiting on requests advance each run one at a time."""
+        if self.done:
+            return True
+        with _lock:
+            return self._progress()
+
+    def _progress(self) -> bool:
         if self.done:
             return True
         try:
@@ -197,9 +204,10 @@ def wait_for(test, deadline, stalled) -> None:
 
 def progress_open() -> None:
     """Advance every run in flight once; those that complete leave :data:`OPEN`."""
-    for run in list(OPEN):
-        if run.progress():
-            OPEN.remove(run)
+    with _lock:
+        for run in list(OPEN):
+            if run.progress():
+                OPEN.remove(run)
 
 
 def deadline_of(timeout) -> float | None:
@@ -249,8 +257,7 @@ class Request:
         """Block until complete (at most ``timeout`` seconds: then pyar.TimeoutError) and
         return the collective's result."""
         deadline = deadline_of(check_timeout(timeout))
-        with _lock:
-            return self._run.complete(deadline)
+        return self._run.complete(deadline)
 
     @property
     def done(self) -> bool:
@@ -294,8 +301,7 @@ def start(run: Run) -> Request:
 def wait_all(requests, timeout=None) -> list:
     """Wait for every request (``timeout`` seconds in all); their results, in order."""
     deadline = deadline_of(check_timeout(timeout))
-    with _lock:
-        return [r._run.complete(deadline) for r in requests]
+    return [r._run.complete(deadline) for r in requests]
 
 
 def test_any(requests) -> int | None:
@@ -308,15 +314,9 @@ def test_any(requests) -> int | None:
     return None
 
 
-class _NoLock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-_lock = _NoLock()           # a threading.RLock while a progress thread runs
+# Held while a run is advanced or put in flight, never across a wait (a thread blocked in
+# one for its peers would keep the others from theirs: a deadlock across the ranks).
+_lock = threading.RLock()
 _wake = threading.Event()   # set when a run is put in flight
 thread: threading.Thread | None = None    # the progress thread, while one runs
 _users = 0
@@ -337,11 +337,11 @@ def _progress_loop():
 class Progress:
     """A background thread that advances the collectives in flight, so they overlap work
     that does not call into pyar (``with pyar.Progress(): ...``; nests; also started at
-    import with ``PYAR_PROGRESS_THREAD=1``). While it runs, pyar's calls take a lock
-    and the MPI library must provide MPI_THREAD_MULTIPLE (mpi4py asks for it)."""
+    import with ``PYAR_PROGRESS_THREAD=1``). The MPI library must provide
+    MPI_THREAD_MULTIPLE (mpi4py asks for it)."""
 
     def __enter__(self):
-        global thread, _lock, _users
+        global thread, _users
         _users += 1
         if thread is None:
             from mpi4py import MPI
@@ -350,20 +350,18 @@ class Progress:
                 _users -= 1
                 raise PyarError("pyar.Progress needs MPI_THREAD_MULTIPLE; this MPI was "
                                 "initialized with less (mpi4py.rc.thread_level)")
-            _lock = threading.RLock()
             thread = threading.Thread(target=_progress_loop, name="pyar-progress",
                                        daemon=True)
             thread.start()
         return self
 
     def __exit__(self, *exc):
-        global thread, _lock, _users
+        global thread, _users
         _users -= 1
         if _users == 0 and thread is not None:
             stopping, thread = thread, None
             _wake.set()
             stopping.join()
-            _lock = _NoLock()
         return False
 
 
@@ -385,7 +383,8 @@ def quiet() -> bool:
 
 
 def lock():
-    """The lock pyar's calls hold while a progress thread runs (else one that does nothing)."""
+    """The lock held while runs are advanced or put in flight (an RLock; never across a
+    wait)."""
     return _lock
 
 

@@ -112,7 +112,7 @@ def test_every_op_dtype_count_and_root(comm, collective, algorithm):
     roots = sorted({0, comm.size - 1}) if record_of(collective).rooted else [0]
     for dtype in DTYPES:
         for op in ops_for(collective, dtype):
-            for count in (0, 1, max(comm.size - 1, 1), 1000):
+            for count in sorted({0, 1, comm.size - 1, 1000}):     # (a set: 1 once at 2 ranks)
                 for root in roots:
                     shape = shaped(collective, comm.size, count)
                     x = sample(comm.rank, int(np.prod(shape)), dtype, op,
@@ -146,7 +146,7 @@ def test_calls_back_to_back_each_get_their_own_data(comm, collective, algorithm)
 LAYOUTS = ["new", "in_place", "out", "strided_new", "strided_in_place", "strided_out"]
 
 
-@settings(max_examples=100)
+@settings(max_examples=settings.default.max_examples * 2 // 3)     # 100 of 150
 @given(case=st.sampled_from(CASES), op=st.sampled_from(list(Op)),
        dtype=st.sampled_from(DTYPES), layout=st.sampled_from(LAYOUTS),
        shape=st.one_of(st.tuples(st.integers(0, 2000)),

@@ -197,7 +197,7 @@ def wait_for(test, deadline, stalled) -> None:
             try:
                 on_stall(now - began)
             except PyarError as e:      # what this wait waited for, for the flight recorder
-                if getattr(e, "waiting", None) is None:
+                if stalled is not None and getattr(e, "waiting", None) is None:
                     e.waiting = str(stalled(now - began))
                 raise
 

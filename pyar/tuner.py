@@ -179,8 +179,8 @@ def reason(collective: str, algorithm: str, size: int, count: int, dtype="float3
     if algorithm != AUTO:
         return "explicit argument"
     text = _pyar_algo()
-    forced = _forced(text, collective) if text else None
-    if forced and forced != AUTO:
+    named = forced(text, collective) if text else None
+    if named and named != AUTO:
         return f"PYAR_ALGO={text}"
     key = (collective, size, count, str(dtype), _tuning_file(), id(topology), generation[0])
     found = _reasons.get(key)

@@ -74,40 +74,10 @@ def overlap(args) -> int:
 
 
 def sim(args) -> int:
-    import time
+    from pyar import loader, workbench
 
-    import numpy as np
-
-    import pyar
-    from pyar import verify
-    from pyar.bench import parse_algorithms
-
-    names = [n for n in parse_algorithms(args.algo) if n != "mpi"]
-    topology = (pyar.Topology.regular(args.nranks, args.ranks_per_node)
-                if args.ranks_per_node else None)
-    schedules = [pyar.schedule(name, args.nranks, args.count, topology=topology)
-                 for name in names]
-    inputs = [verify.sample(r, args.count, args.dtype, args.op) for r in range(args.nranks)]
-    expected = verify.reference(inputs, args.op)
-    scale = verify.magnitude(inputs, args.op)
-    nodes = f", {len(topology.nodes)} nodes" if topology else ""
-    print(f"# pyar sim: allreduce of {args.count} {args.dtype} per rank, {args.op}, "
-          f"{args.nranks} ranks{nodes}, in one process")
-    print(f"# {'algorithm':<20}{'steps':>7}{'max sent':>12}{'mean sent':>12}{'messages':>10}"
-          f"{'inter-node':>12}{'seconds':>9}  correct")
-    wrong = 0
-    for name, schedule in zip(names, schedules):
-        start = time.perf_counter()
-        result = pyar.simulate(schedule, inputs, op=args.op)
-        seconds = time.perf_counter() - start
-        bad = sum(verify.mismatches(out, expected, args.op, args.nranks, scale).size
-                  for out in result.outputs)
-        wrong += bad
-        sent = [s.bytes_sent for s in result.stats]
-        print(f"  {name:<20}{max(s.steps for s in result.stats):>7}{max(sent):>12}"
-              f"{sum(sent) / len(sent):>12.0f}{sum(s.messages for s in result.stats):>10}"
-              f"{sum(s.bytes_sent_inter_node for s in result.stats):>12}{seconds:>9.1f}  {'yes' if not bad else f'NO ({bad} wrong)'}", flush=True)
-    return 1 if wrong else 0
+    loader.load_all(args.load)
+    return workbench.sim(args)
 
 
 def model(args) -> int:
@@ -189,6 +159,12 @@ def tune(args) -> int:
     return 0
 
 
+def _load_option(p) -> None:
+    p.add_argument("--load", action="append", metavar="FILE.py|MODULE",
+                   help="import this module first (it may register_algorithm its own "
+                        "algorithms, which then work as names here); repeatable")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pyar", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -235,6 +211,12 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--op", default="sum")
     p.add_argument("--ranks-per-node", type=int, default=0,
                    help="emulate nodes of this many ranks (inter-node bytes: total over ranks)")
+    p.add_argument("--collective", default="allreduce",
+                   help="default allreduce; for allgather and alltoall -c counts one block")
+    p.add_argument("--no-data", action="store_true",
+                   help="traffic only: match, count and check every message, and cost the "
+                        "schedule (model), without moving elements; scales further")
+    _load_option(p)
     p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model, "
                                      "current tuning parameters), no MPI")
     p.add_argument("-a", "--algo", default="all",

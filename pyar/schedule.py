@@ -129,6 +129,9 @@ def compact(op_lists) -> list[Step]:
 Builder = Callable[..., "list[Step]"]
 
 
+_TYPES = (np.int64, np.int64, bool, np.int64, bool, np.int64, np.int64, bool)
+
+
 class Table(NamedTuple):
     """Every transfer of a schedule as numpy columns: one row per Send or Recv, in order of
     rank, then step, then place in the step. What the simulator and the cost model read.
@@ -150,17 +153,18 @@ class Table(NamedTuple):
     def compact(cls, size: int, rank, step, send, peer, scratch, lo, hi, reduce) -> Table:
         """The table of rows in (rank, step, place) order, as :func:`compact` leaves them:
         without transfers of zero elements and steps left empty, the rest renumbered."""
-        keep = np.asarray(hi) > np.asarray(lo)
-        rank, step = np.asarray(rank, np.int64)[keep], np.asarray(step, np.int64)[keep]
+        columns = [np.asarray(c) for c in (rank, step, send, peer, scratch, lo, hi, reduce)]
+        keep = columns[6] > columns[5]
+        if not keep.all():
+            columns = [c[keep] for c in columns]
+        rank, step, send, peer, scratch, lo, hi, reduce = (
+            np.ascontiguousarray(c, t) for c, t in zip(columns, _TYPES))
         new = np.ones(rank.size, bool)              # the first row of each (rank, step)
         new[1:] = (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])
         ordinal = np.cumsum(new) - 1                # over all ranks; per rank from its first
         nsteps = np.bincount(rank[new], minlength=size)
         first = np.concatenate(([0], np.cumsum(nsteps)[:-1]))
-        return cls(rank, ordinal - first[rank], np.asarray(send, bool)[keep],
-                   np.asarray(peer, np.int64)[keep], np.asarray(scratch, bool)[keep],
-                   np.asarray(lo, np.int64)[keep], np.asarray(hi, np.int64)[keep],
-                   np.asarray(reduce, bool)[keep], nsteps)
+        return cls(rank, ordinal - first[rank], send, peer, scratch, lo, hi, reduce, nsteps)
 
     @classmethod
     def of(cls, steps: list[list[Step]]) -> Table:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,16 +50,21 @@ class SimResult:
     stats: list        # per-rank RankStats
 
 
-def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True) -> SimResult:
+def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
+             overwrite: bool = False, progress=None) -> SimResult:
     """Run ``schedule`` for all its ranks at once; ``inputs[r]`` is what rank r passes.
 
     ``inputs[r]`` is the ``x`` rank r would pass to the collective (see
     :mod:`pyar.collectives`): ``schedule.count`` elements, or ``count / size``
     for allgather; all of one dtype; not modified. A barrier takes none.
-    ``inputs`` may also be one array of all ranks' (``inputs[r]`` rank r's).
+    ``inputs`` may also be one array of all ranks' (``inputs[r]`` rank r's);
+    with ``overwrite``, a C-contiguous one may serve as the ranks' buffers (if
+    the collective's data is x and the schedule uses no scratch), so that a
+    simulation of a GiB of data needs no second GiB; it then holds the results.
     With ``data=False`` (traffic only) no element moves and ``inputs`` is the
     dtype or None (float32): the messages are matched, counted and checked
-    for size and deadlock alike, and the outputs are None.
+    for size and deadlock alike, and the outputs are None. ``progress``, if
+    given, is called about once a second as ``progress(steps done, steps)``.
     """
     op = ops.resolve(op)
     record = collectives.collective(schedule.collective)
@@ -68,7 +74,7 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True) ->
         with _collector_paused():
             table = schedule.table()
             stats = _stats(table, dtype.itemsize, schedule.topology)
-            _Run(table, count, None, None, None).run()
+            _Run(table, count, None, None, None).run(progress)
         return SimResult([None] * size, stats)
     if record.count(1, size) == 0:          # a barrier: no input
         inputs = [np.zeros(0, np.uint8)] * size if inputs is None else inputs
@@ -90,16 +96,21 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True) ->
         scratch = np.zeros(size, np.int64)
         np.maximum.at(scratch, table.rank[table.scratch], table.hi[table.scratch])
         base = np.concatenate(([0], np.cumsum(scratch)))        # each rank's scratch offset
-        memory = np.empty(size * count + int(base[-1]), dtype)
-        data_part = memory[:size * count].reshape(size, count)
-        for r, a in enumerate(arrays):
-            data_part[r] = record.load(a, r, size)
-        written = np.zeros(memory.size, bool)                   # scratch received into
-        written[:size * count] = True
+        as_is = type(record).load is collectives.Collective.load
+        if (overwrite and as_is and not base[-1] and isinstance(inputs, np.ndarray)
+                and inputs.flags.c_contiguous and inputs.flags.writeable):
+            memory = inputs.reshape(-1)
+            data_part = memory.reshape(size, count)
+        else:
+            memory = np.empty(size * count + int(base[-1]), dtype)
+            data_part = memory[:size * count].reshape(size, count)
+            for r, a in enumerate(arrays):
+                data_part[r] = a.reshape(-1) if as_is else record.load(a, r, size)
+        written = np.zeros(int(base[-1]), bool)                 # scratch received into
         stats = _stats(table, dtype.itemsize, schedule.topology)
         offset = np.where(table.scratch, size * count + base[table.rank],
                           table.rank * count) + table.lo
-        _Run(table, count, memory, written, offset, op.reduction).run()
+        _Run(table, count, memory, written, offset, op.reduction).run(progress)
     outputs = []
     for r, a in enumerate(arrays):
         out = record.result(data_part[r], a.shape, r, size, schedule.root)
@@ -151,6 +162,16 @@ def _ranges(starts, stops):
     return np.arange(total) - np.repeat(first - starts, lengths), owner
 
 
+def _rows(a, at, n):
+    """``a`` seen as rows of ``n`` elements and the row of each offset in ``at``: rows that
+    tile ``a`` when every offset is a multiple of ``n`` (numpy then copies them fastest),
+    else every run of ``n`` elements (a view with overlapping rows)."""
+    if not (at % n).any():
+        whole = a.size // n * n
+        return a[:whole].reshape(-1, n), at // n
+    return np.ndarray((a.size - n + 1, n), a.dtype, a, strides=(a.itemsize, a.itemsize)), at
+
+
 def _copy(src, src_at, dst, dst_at, lengths):
     """``dst[dst_at[k]:+lengths[k]] = src[src_at[k]:+lengths[k]]`` for every k (targets
     disjoint), a numpy gather per distinct length: the cost is the elements moved."""
@@ -162,9 +183,9 @@ def _copy(src, src_at, dst, dst_at, lengths):
         if n == 0:
             continue
         pick = slice(None) if len(groups) == 1 else lengths == n
-        win_src = sliding_window_view(src, n)
-        win_dst = sliding_window_view(dst, n, writeable=True)
-        win_dst[dst_at[pick]] = win_src[src_at[pick]]
+        into, i = _rows(dst, dst_at[pick], n)
+        rows, j = _rows(src, src_at[pick], n)
+        into[i] = rows[j]
 
 
 class _Run:
@@ -185,6 +206,7 @@ class _Run:
         self.t, self.count = table, count
         self.memory, self.written, self.offset, self.reduction = \
             memory, written, offset, reduction
+        self.data_end = len(table.nsteps) * count       # memory: all data, then all scratch
         size = len(table.nsteps)
         self.size = size
         self.first = np.concatenate(([0], np.cumsum(table.nsteps)[:-1]))   # rank's step ids
@@ -210,19 +232,26 @@ class _Run:
             channel = src[rows] * size + dst[rows]
             order = np.argsort(channel, kind="stable")       # rows are in step order
             channel = channel[order]
-            nth = np.arange(channel.size) - np.searchsorted(channel, channel)
-            ends.append((channel, nth, rows[order]))
-        if sends.size and recvs.size:
+            first = np.zeros(channel.size, np.int64)         # where each row's channel begins
+            if channel.size:
+                new = np.flatnonzero(channel[1:] != channel[:-1]) + 1
+                first[new] = new
+                np.maximum.accumulate(first, out=first)
+            ends.append((channel, np.arange(channel.size) - first, rows[order]))
+        (cs, ns, rs), (cr, nr, rr) = ends
+        if np.array_equal(cs, cr):                           # as many sends as receives each
+            partner[rs], partner[rr] = rr, rs
+        elif sends.size and recvs.size:
             scale = max(sends.size, recvs.size)              # > any nth
-            (cs, ns, rs), (cr, nr, rr) = ends
             ks, kr = cs * scale + ns, cr * scale + nr        # sorted: channel, then nth
             at = np.minimum(np.searchsorted(kr, ks), kr.size - 1)
             hit = kr[at] == ks
             partner[rs[hit]], partner[rr[at[hit]]] = rr[at[hit]], rs[hit]
         return partner
 
-    def run(self):
+    def run(self, progress=None):
         t, size = self.t, self.size
+        total, done_steps, shown = int(t.nsteps.sum()), 0, time.monotonic()
         current = np.zeros(size, np.int64)
         self.current = current
         live = current < t.nsteps
@@ -238,6 +267,10 @@ class _Run:
             ends = rows[blocked[owner] == 0]
             self._complete(done, ends)
             current[done] += 1
+            done_steps += done.size
+            if progress is not None and time.monotonic() - shown >= 1:
+                progress(done_steps, total)
+                shown = time.monotonic()
             # who may complete next: the ranks that moved, and the peers of their new steps
             moved = done[current[done] < t.nsteps[done]]
             ids = self.first[moved] + current[moved]
@@ -298,7 +331,7 @@ class _Run:
         if scratch.any():
             full = np.empty(int(lengths[scratch].sum()), bool)
             place = np.cumsum(lengths[scratch]) - lengths[scratch]
-            _copy(self.written, at[scratch], full, place, lengths[scratch])
+            _copy(self.written, at[scratch] - self.data_end, full, place, lengths[scratch])
             if not full.all():
                 bad = np.flatnonzero(~np.logical_and.reduceat(full, place))
                 s = sends[scratch][bad[0]]
@@ -320,7 +353,7 @@ class _Run:
         if check.any():
             n = lengths[check]
             full = np.empty(int(n.sum()), bool)
-            _copy(self.written, at[check], full, np.cumsum(n) - n, n)
+            _copy(self.written, at[check] - self.data_end, full, np.cumsum(n) - n, n)
             if not full.all():
                 bad = np.flatnonzero(~np.logical_and.reduceat(full, np.cumsum(n) - n))
                 q = recvs[check][bad[0]]
@@ -331,8 +364,8 @@ class _Run:
         _copy(payload, place[copies], memory, at[copies], lengths[copies])
         if scratch.any():
             ones = np.ones(int(lengths[scratch].max()), bool)
-            _copy(ones, np.zeros(int(scratch.sum()), np.int64), self.written, at[scratch],
-                  lengths[scratch])
+            _copy(ones, np.zeros(int(scratch.sum()), np.int64), self.written,
+                  at[scratch] - self.data_end, lengths[scratch])
         if not fold.any():
             return
         # the k-th fold of each step lands in round k: within a round, targets are disjoint
@@ -350,8 +383,11 @@ class _Run:
             mine = np.empty(int(n.sum()), memory.dtype)
             where = np.cumsum(n) - n
             _copy(memory, at[pick], mine, where, n)
-            theirs = np.empty_like(mine)
-            _copy(payload, place[pick], theirs, where, n)
+            if pick.size == place.size:                 # every receive folds, once
+                theirs = payload
+            else:
+                theirs = np.empty_like(mine)
+                _copy(payload, place[pick], theirs, where, n)
             reduce_into(mine, theirs, self.reduction)
             _copy(mine, where, memory, at[pick], n)
 

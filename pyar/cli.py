@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import sys
@@ -46,8 +45,9 @@ def info(args) -> int:
 def bench(args) -> int:
     from mpi4py import MPI
 
-    from pyar import bench as b
+    from pyar import bench as b, loader
 
+    loader.load_all(args.load)
     if args.plot:
         b.pyplot()                      # missing matplotlib fails before anything is timed
     report = b.run(collective=args.collective, minbytes=args.minbytes, maxbytes=args.maxbytes,
@@ -81,66 +81,19 @@ def sim(args) -> int:
 
 
 def model(args) -> int:
-    import numpy as np
+    from pyar import loader, whatif
 
-    from pyar import tuner
-    from pyar.bench import format_size, parse_size
-    from pyar.ops import check_dtype
-    from pyar.topology import Topology
-
-    dtype = check_dtype(args.dtype)
-    nbytes = parse_size(args.bytes)
-    if args.nranks < 1 or nbytes % dtype.itemsize:
-        raise ValueError(f"need -n >= 1 and --bytes a multiple of the {dtype} item size "
-                         f"({dtype.itemsize})")
-    count = nbytes // dtype.itemsize
-    topology = None if args.ranks_per_node is None else \
-        Topology.regular(args.nranks, args.ranks_per_node)
-    params = tuner.parameters()
-    names = tuner.candidates(args.collective, topology) if args.algo == "all" else \
-        [n.strip() for n in args.algo.split(",") if n.strip()]
-    rows = tuner.predictions(args.collective, args.nranks, count, dtype, params, names,
-                             exact=args.schedule, topology=topology)
-    us = 1e6
-    nodes = "" if topology is None else \
-        f", {len(topology.nodes)} nodes of {args.ranks_per_node}"
-    print(f"# pyar model: {args.collective} of {format_size(nbytes)} ({count} {dtype}) "
-          f"on {args.nranks} ranks{nodes}")
-    print(f"# parameters: {tuner.source()}")
-    print(f"# alpha {params.alpha * us:.3g} us, beta {params.beta * 1e9:.3g} ns/B, "
-          f"gamma({dtype}) {params.gamma_of(dtype) * 1e9:.3g} ns/B, "
-          f"delta {_delta(params)}, eager limit {_eager(params)}")
-    print(f"# {'algorithm':<20}{'time(us)':>12}{'alpha':>11}{'beta':>11}{'gamma':>11}"
-          f"{'delta':>11}{'rndv':>11}{'messages':>10}{'steps':>7}  from")
-    for name, (p, where) in rows.items():
-        print(f"  {name:<20}{p.time * us:>12.2f}{p.alpha * us:>11.2f}{p.beta * us:>11.2f}"
-              f"{p.gamma * us:>11.2f}{p.delta * us:>11.2f}{p.rendezvous * us:>11.2f}"
-              f"{p.terms.messages:>10.0f}{p.terms.steps:>7.0f}  {where}")
-    if args.algo == "all":
-        best = min(sorted(rows), key=lambda n: rows[n][0].time) if rows else "none"
-        print(f"# auto picks: {best}")
-    return 0
-
-
-def _delta(params) -> str:
-    """The overhead per step, and the buffers that do not pay it, in words."""
-    free = f" (none up to a {int(params.resident)} B buffer)" if params.resident else ""
-    return f"{params.delta * 1e6:.3g} us per step{free}"
-
-
-def _eager(params) -> str:
-    """The eager limit and the rendezvous beyond it, in words."""
-    if math.isinf(params.eager):
-        return "none"
-    return (f"{int(params.eager)} B (then a rendezvous: "
-            f"+{params.rendezvous * 1e6:.3g} us a message)")
+    loader.load_all(args.load)
+    return whatif.model(args)
 
 
 def tune(args) -> int:
     from mpi4py import MPI
 
-    from pyar import calibrate, tuner
+    from pyar import calibrate, loader, tuner
+    from pyar.whatif import describe_delta, describe_eager
 
+    loader.load_all(args.load)
     path = args.output or tuner.tuning_path()
     result = calibrate.run(quick=args.quick)
     if MPI.COMM_WORLD.Get_rank() == 0:
@@ -150,9 +103,9 @@ def tune(args) -> int:
               f"{'same host' if measured['same_host'] else 'two hosts'}, {measured['mpi']}")
         print(f"alpha {params.alpha * 1e6:.3g} us  beta {params.beta * 1e9:.3g} ns/B "
               f"({1e-9 / params.beta if params.beta else float('inf'):.3g} GB/s)  "
-              f"delta {_delta(params)}  "
+              f"delta {describe_delta(params)}  "
               f"(per call {measured['per_call_overhead'] * 1e6:.3g} us)")
-        print(f"eager limit {_eager(params)}")
+        print(f"eager limit {describe_eager(params)}")
         print("gamma (ns/B): " + ", ".join(f"{k} {v * 1e9:.3g}"
                                            for k, v in params.gamma.items()))
         print(f"# wrote {path}")
@@ -192,6 +145,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="FILE", help="write the configuration and every row")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw busbw against size (needs matplotlib: pip install 'pyar[plot]')")
+    _load_option(p)
     p = sub.add_parser("overlap", help="how much of a step's gradient allreduces nonblocking "
                                        "calls hide behind compute (run under mpiexec)")
     p.add_argument("--buckets", type=int, default=4, help="buckets per step (default 4)")
@@ -217,11 +171,13 @@ def main(argv=None) -> int:
                    help="traffic only: match, count and check every message, and cost the "
                         "schedule (model), without moving elements; scales further")
     _load_option(p)
-    p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model, "
-                                     "current tuning parameters), no MPI")
+    p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model) on "
+                                     "this machine or a described one, no MPI")
     p.add_argument("-a", "--algo", default="all",
                    help="comma list of algorithms, or all (what auto chooses from)")
-    p.add_argument("-n", "--nranks", type=int, default=64, help="ranks (default 64)")
+    p.add_argument("-n", "--nranks", default=None,
+                   help="ranks (default: --nodes x --ranks-per-node, else 64); with --sweep "
+                        "a comma list")
     p.add_argument("--bytes", default="1M",
                    help="size of the collective's buffer, e.g. 8, 64K, 1M (allgather: all N "
                         "blocks, as nccl-tests counts it)")
@@ -230,10 +186,30 @@ def main(argv=None) -> int:
     p.add_argument("--schedule", action="store_true",
                    help="cost the schedules themselves, not the built-in closed forms")
     p.add_argument("--ranks-per-node", type=int, default=None, metavar="K",
-                   help="ranks 0..K-1 on node 0, the next K on node 1, ... (default: one node)")
+                   help="ranks 0..K-1 on node 0, the next K on node 1, ... (default: the "
+                        "machine file's, else one node)")
+    p.add_argument("--machine", metavar="FILE.json",
+                   help="a machine description or tuning file (e.g. machines/gpu_cluster.json"
+                        "; default: the tuning file in force)")
+    p.add_argument("--nodes", type=int, default=None, help="nodes (with --ranks-per-node)")
+    p.add_argument("--alpha", type=float, default=None, help="us per message within a node")
+    p.add_argument("--bw", type=float, default=None, help="GB/s within a node")
+    p.add_argument("--alpha-inter", type=float, default=None, help="us per message between nodes")
+    p.add_argument("--bw-inter", type=float, default=None, help="GB/s between nodes")
+    p.add_argument("--explain", action="store_true",
+                   help="print each algorithm's critical path: rank, message, term, why it "
+                        "waits, and the totals")
+    p.add_argument("--sweep", action="store_true",
+                   help="time against size (-b..-e) per algorithm and rank count, crossovers")
+    p.add_argument("-b", "--minbytes", default="1K", help="--sweep's smallest size (default 1K)")
+    p.add_argument("-e", "--maxbytes", default="64M", help="--sweep's largest (default 64M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=4, help="--sweep's factor (default 4)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the sweep (needs matplotlib)")
+    _load_option(p)
     p = sub.add_parser("tune", help="measure alpha, beta, gamma, delta and write the tuning "
                                     "file (run under mpiexec -n 2)")
     p.add_argument("--quick", action="store_true", help="a short, rougher measurement")
+    _load_option(p)
     p.add_argument("-o", "--output", default=None,
                    help="the file to write (default: $PYAR_TUNING_FILE, else "
                         "$XDG_CACHE_HOME/pyar/tuning.json)")

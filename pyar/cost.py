@@ -166,10 +166,13 @@ def estimate(collective: str, algorithm: str, size: int, count: int, dtype, para
              *, exact: bool = False, topology=None) -> tuple[Prediction, str]:
     """The predicted time of ``algorithm`` and where it came from: ``"formula"`` or ``"schedule"``.
 
-    Uses the closed form when there is one (unless ``exact``), else builds
-    the schedule (on ``topology``) and runs :func:`predict` on it.
+    Uses the closed form when there is one (unless ``exact``, or ``params``
+    has two link classes and ``topology`` several nodes: closed forms count
+    messages, not links), else builds the schedule (on ``topology``) and runs
+    :func:`predict` on it.
     """
     dtype = np.dtype(dtype)
+    exact = exact or (params.links and topology is not None and len(topology.nodes) > 1)
     terms = None if exact else formula(collective, algorithm, size, count, dtype, topology)
     if terms is not None:
         return Prediction.of(terms, params, params.gamma_of(dtype), count * dtype.itemsize), \

@@ -26,7 +26,10 @@ The model is a discrete-event timeline over the steps of all ranks:
 
 The time of the schedule is when its last rank ends. :func:`predict` also
 splits that time along the critical path into its alpha, beta, gamma and
-delta terms.
+delta terms, and with ``trace=True`` keeps the path itself, event by event
+(:func:`critical_path`: what ``pyar model --explain`` prints). On a machine
+with two link classes (``Params.alpha_inter``, ``beta_inter``) and a
+topology, a message between nodes costs ``alpha_inter + b*beta_inter``.
 
 MPI libraries send a message up to an *eager* limit at once and a larger one
 after a rendezvous (a handshake with the receiver): ``Params.eager`` bytes and
@@ -73,7 +76,7 @@ from . import collectives
 from .algorithms import algorithm as registered, builder
 from .algorithms._terms import Terms
 from .errors import ScheduleError
-from .schedule import Schedule, Send, build
+from .schedule import Schedule, build
 
 
 class Params(NamedTuple):

@@ -9,7 +9,6 @@ model's time). ``pyar model`` is in :mod:`pyar.whatif`.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 

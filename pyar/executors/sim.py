@@ -7,6 +7,11 @@ with eager buffering is a deadlock here too). It measures traffic, and it
 raises :class:`pyar.ScheduleError` naming rank, step and peer for an
 unmatched or mis-sized message, for a deadlock, and for a read of scratch
 that nothing was received into yet (its contents are undefined on MPI).
+
+It reads the schedule as one :class:`pyar.schedule.Table` (numpy columns,
+one row per transfer) and advances all ranks in waves with numpy calls, so
+its cost grows with messages, not with Python work per element or message;
+``data=False`` does the same without moving elements (traffic only).
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from .. import collectives, ops
 from ..errors import ScheduleError

@@ -86,13 +86,14 @@ class Step:
 SEGMENT = 1 << 15      # elements per segment of the pipelined algorithms (128 KiB of float32)
 
 
-def bounds(count: int, parts: int, lo: int = 0) -> list[int]:
+@functools.lru_cache(maxsize=64)     # every rank of a 16,384-rank schedule asks for the same
+def bounds(count: int, parts: int, lo: int = 0) -> tuple[int, ...]:
     """The ``parts + 1`` edges of ``[lo, lo + count)`` cut in blocks as numpy.array_split cuts it.
 
     The first ``count % parts`` blocks get one element more.
     """
     q, r = divmod(count, parts)
-    return [lo + i * q + min(i, r) for i in range(parts + 1)]
+    return tuple(lo + i * q + min(i, r) for i in range(parts + 1))
 
 
 def split(count: int, parts: int, lo: int = 0) -> list[tuple[int, int]]:

@@ -148,3 +148,14 @@ def test_the_wrong_check_finds_one_flipped_element():
     assert workbench.wrong(record, out, expected, "sum") == 1
     out[0][3] += 1000
     assert workbench.wrong(record, out, expected, "sum") == 1 + 1 + 3   # rank 0, and 3 vs it
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.sampled_from(["data", "scratch"]), st.integers(0, 12),
+                          st.integers(0, 6), st.booleans()), min_size=2, max_size=8))
+def test_the_overlap_sweep_agrees_with_every_pair(spec):
+    from pyar.schedule import _overlap
+    recvs = [Recv(1, Chunk(b, lo, lo + n), reduce) for b, lo, n, reduce in spec]
+    pairs = any(a.chunk.overlaps(b.chunk) and not (a.reduce and b.reduce)
+                for i, a in enumerate(recvs) for b in recvs[i + 1:])
+    assert _overlap(recvs) == pairs

@@ -93,7 +93,7 @@ def _header(params, dtype, where) -> None:
     if params.links:
         a, b = params.inter()
         far = f"; between nodes alpha {a * US:.3g} us, {1e-9 / b:.3g} GB/s"
-    print(f"# machine: {where}")
+    print(f"# parameters: {where}")
     print(f"# alpha {params.alpha * US:.3g} us, beta {params.beta * 1e9:.3g} ns/B "
           f"({1e-9 / params.beta if params.beta else math.inf:.3g} GB/s){far}, "
           f"gamma({dtype}) {params.gamma_of(dtype) * 1e9:.3g} ns/B, "

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import math
 import os
 import platform
 import re
@@ -88,8 +87,9 @@ def _facts() -> None:
 def bench(args) -> int:
     from mpi4py import MPI
 
-    from pyar import bench as b
+    from pyar import bench as b, loader
 
+    loader.load_all(args.load)
     if args.plot:
         b.pyplot()                      # missing matplotlib fails before anything is timed
     if args.trace:
@@ -130,103 +130,26 @@ def overlap(args) -> int:
 
 
 def sim(args) -> int:
-    import time
+    from pyar import loader, workbench
 
-    import numpy as np
-
-    import pyar
-    from pyar import verify
-    from pyar.bench import parse_algorithms
-
-    names = [n for n in parse_algorithms(args.algo) if n != "mpi"]
-    topology = (pyar.Topology.regular(args.nranks, args.ranks_per_node)
-                if args.ranks_per_node else None)
-    schedules = [pyar.schedule(name, args.nranks, args.count, topology=topology)
-                 for name in names]
-    inputs = [verify.sample(r, args.count, args.dtype, args.op) for r in range(args.nranks)]
-    expected = verify.reference(inputs, args.op)
-    scale = verify.magnitude(inputs, args.op)
-    nodes = f", {len(topology.nodes)} nodes" if topology else ""
-    print(f"# pyar sim: allreduce of {args.count} {args.dtype} per rank, {args.op}, "
-          f"{args.nranks} ranks{nodes}, in one process")
-    print(f"# {'algorithm':<20}{'steps':>7}{'max sent':>12}{'mean sent':>12}{'messages':>10}"
-          f"{'inter-node':>12}{'seconds':>9}  correct")
-    wrong = 0
-    for name, schedule in zip(names, schedules):
-        start = time.perf_counter()
-        result = pyar.simulate(schedule, inputs, op=args.op)
-        seconds = time.perf_counter() - start
-        bad = sum(verify.mismatches(out, expected, args.op, args.nranks, scale).size
-                  for out in result.outputs)
-        wrong += bad
-        sent = [s.bytes_sent for s in result.stats]
-        print(f"  {name:<20}{max(s.steps for s in result.stats):>7}{max(sent):>12}"
-              f"{sum(sent) / len(sent):>12.0f}{sum(s.messages for s in result.stats):>10}"
-              f"{sum(s.bytes_sent_inter_node for s in result.stats):>12}{seconds:>9.1f}  {'yes' if not bad else f'NO ({bad} wrong)'}", flush=True)
-    return 1 if wrong else 0
+    loader.load_all(args.load)
+    return workbench.sim(args)
 
 
 def model(args) -> int:
-    import numpy as np
+    from pyar import loader, whatif
 
-    from pyar import tuner
-    from pyar.bench import format_size, parse_size
-    from pyar.ops import check_dtype
-    from pyar.topology import Topology
-
-    dtype = check_dtype(args.dtype)
-    nbytes = parse_size(args.bytes)
-    if args.nranks < 1 or nbytes % dtype.itemsize:
-        raise ValueError(f"need -n >= 1 and --bytes a multiple of the {dtype} item size "
-                         f"({dtype.itemsize})")
-    count = nbytes // dtype.itemsize
-    topology = None if args.ranks_per_node is None else \
-        Topology.regular(args.nranks, args.ranks_per_node)
-    params = tuner.parameters()
-    names = tuner.candidates(args.collective, topology) if args.algo == "all" else \
-        [n.strip() for n in args.algo.split(",") if n.strip()]
-    rows = tuner.predictions(args.collective, args.nranks, count, dtype, params, names,
-                             exact=args.schedule, topology=topology)
-    us = 1e6
-    nodes = "" if topology is None else \
-        f", {len(topology.nodes)} nodes of {args.ranks_per_node}"
-    print(f"# pyar model: {args.collective} of {format_size(nbytes)} ({count} {dtype}) "
-          f"on {args.nranks} ranks{nodes}")
-    print(f"# parameters: {tuner.source()}")
-    print(f"# alpha {params.alpha * us:.3g} us, beta {params.beta * 1e9:.3g} ns/B, "
-          f"gamma({dtype}) {params.gamma_of(dtype) * 1e9:.3g} ns/B, "
-          f"delta {_delta(params)}, eager limit {_eager(params)}")
-    print(f"# {'algorithm':<20}{'time(us)':>12}{'alpha':>11}{'beta':>11}{'gamma':>11}"
-          f"{'delta':>11}{'rndv':>11}{'messages':>10}{'steps':>7}  from")
-    for name, (p, where) in rows.items():
-        print(f"  {name:<20}{p.time * us:>12.2f}{p.alpha * us:>11.2f}{p.beta * us:>11.2f}"
-              f"{p.gamma * us:>11.2f}{p.delta * us:>11.2f}{p.rendezvous * us:>11.2f}"
-              f"{p.terms.messages:>10.0f}{p.terms.steps:>7.0f}  {where}")
-    if args.algo == "all":
-        best = min(sorted(rows), key=lambda n: rows[n][0].time) if rows else "none"
-        print(f"# auto picks: {best}")
-    return 0
-
-
-def _delta(params) -> str:
-    """The overhead per step, and the buffers that do not pay it, in words."""
-    free = f" (none up to a {int(params.resident)} B buffer)" if params.resident else ""
-    return f"{params.delta * 1e6:.3g} us per step{free}"
-
-
-def _eager(params) -> str:
-    """The eager limit and the rendezvous beyond it, in words."""
-    if math.isinf(params.eager):
-        return "none"
-    return (f"{int(params.eager)} B (then a rendezvous: "
-            f"+{params.rendezvous * 1e6:.3g} us a message)")
+    loader.load_all(args.load)
+    return whatif.model(args)
 
 
 def tune(args) -> int:
     from mpi4py import MPI
 
-    from pyar import calibrate, tuner
+    from pyar import calibrate, loader, tuner
+    from pyar.whatif import describe_delta, describe_eager
 
+    loader.load_all(args.load)
     path = args.output or tuner.tuning_path()
     result = calibrate.run(quick=args.quick)
     if MPI.COMM_WORLD.Get_rank() == 0:
@@ -236,9 +159,9 @@ def tune(args) -> int:
               f"{'same host' if measured['same_host'] else 'two hosts'}, {measured['mpi']}")
         print(f"alpha {params.alpha * 1e6:.3g} us  beta {params.beta * 1e9:.3g} ns/B "
               f"({1e-9 / params.beta if params.beta else float('inf'):.3g} GB/s)  "
-              f"delta {_delta(params)}  "
+              f"delta {describe_delta(params)}  "
               f"(per call {measured['per_call_overhead'] * 1e6:.3g} us)")
-        print(f"eager limit {_eager(params)}")
+        print(f"eager limit {describe_eager(params)}")
         print("gamma (ns/B): " + ", ".join(f"{k} {v * 1e9:.3g}"
                                            for k, v in params.gamma.items()))
         print(f"# wrote {path}")
@@ -285,6 +208,12 @@ def _plain_help(parser: argparse.ArgumentParser) -> None:
                 _plain_help(sub)
 
 
+def _load_option(p) -> None:
+    p.add_argument("--load", action="append", metavar="FILE.py|MODULE",
+                   help="import this module first (it may register_algorithm its own "
+                        "algorithms, which then work as names here); repeatable")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``pyar`` command's parser, every help text plain."""
     parser = argparse.ArgumentParser(prog="pyar", description=__doc__.split("\n")[0])
@@ -321,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE.json",
                    help="write a timeline of every call (PYAR_TRACE; calls then take the "
                         "instrumented path: slower than untraced)")
+    _load_option(p)
     p = sub.add_parser("doctor", help="merge the flight recorder's dumps and say what happened")
     p.add_argument("dir", help="PYAR_DUMP_DIR, or the pyar-dump-* folder a job wrote")
     p = sub.add_parser("trace", help="check and summarize a PYAR_TRACE timeline; draw it")
@@ -348,11 +278,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sum, prod, max, min or avg (default sum)")
     p.add_argument("--ranks-per-node", type=int, default=0,
                    help="emulate nodes of this many ranks (inter-node bytes: total over ranks)")
-    p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model, "
-                                     "current tuning parameters), no MPI")
+    p.add_argument("--collective", default="allreduce",
+                   help="default allreduce; for allgather and alltoall -c counts one block")
+    p.add_argument("--no-data", action="store_true",
+                   help="traffic only: match, count and check every message, and cost the "
+                        "schedule (model), without moving elements; scales further")
+    _load_option(p)
+    p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model) on "
+                                     "this machine or a described one, no MPI")
     p.add_argument("-a", "--algo", default="all",
                    help="comma list of algorithms, or all (what auto chooses from)")
-    p.add_argument("-n", "--nranks", type=int, default=64, help="ranks (default 64)")
+    p.add_argument("-n", "--nranks", default=None,
+                   help="ranks (default: --nodes x --ranks-per-node, else 64); with --sweep "
+                        "a comma list")
     p.add_argument("--bytes", default="1M",
                    help="size of the collective's buffer, e.g. 8, 64K, 1M (allgather: all N "
                         "blocks, as nccl-tests counts it)")
@@ -362,10 +300,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", action="store_true",
                    help="cost the schedules themselves, not the built-in closed forms")
     p.add_argument("--ranks-per-node", type=int, default=None, metavar="K",
-                   help="ranks 0..K-1 on node 0, the next K on node 1, ... (default: one node)")
+                   help="ranks 0..K-1 on node 0, the next K on node 1, ... (default: the "
+                        "machine file's, else one node)")
+    p.add_argument("--machine", metavar="FILE.json",
+                   help="a machine description or tuning file (e.g. machines/gpu_cluster.json"
+                        "; default: the tuning file in force)")
+    p.add_argument("--nodes", type=int, default=None, help="nodes (with --ranks-per-node)")
+    p.add_argument("--alpha", type=float, default=None, help="us per message within a node")
+    p.add_argument("--bw", type=float, default=None, help="GB/s within a node")
+    p.add_argument("--alpha-inter", type=float, default=None, help="us per message between nodes")
+    p.add_argument("--bw-inter", type=float, default=None, help="GB/s between nodes")
+    p.add_argument("--explain", action="store_true",
+                   help="print each algorithm's critical path: rank, message, term, why it "
+                        "waits, and the totals")
+    p.add_argument("--sweep", action="store_true",
+                   help="time against size (-b..-e) per algorithm and rank count, crossovers")
+    p.add_argument("-b", "--minbytes", default="1K", help="--sweep's smallest size (default 1K)")
+    p.add_argument("-e", "--maxbytes", default="64M", help="--sweep's largest (default 64M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=4, help="--sweep's factor (default 4)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the sweep (needs matplotlib)")
+    _load_option(p)
     p = sub.add_parser("tune", help="measure alpha, beta, gamma, delta and write the tuning "
                                     "file (run under mpiexec -n 2)")
     p.add_argument("--quick", action="store_true", help="a short, rougher measurement")
+    _load_option(p)
     p.add_argument("-o", "--output", default=None,
                    help="the file to write (default: $PYAR_TUNING_FILE, else "
                         "$XDG_CACHE_HOME/pyar/tuning.json)")
@@ -384,8 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a case may take before it counts as a hang (default 60)")
     p.add_argument("--mpiexec", default=None, help="the site's mpiexec command line "
                    "(default $MPIEXEC, else the embedded one)")
-    p.add_argument("--load", action="append", default=[], metavar="SPEC",
-                   help="import path.py or a module first (e.g. one registering an algorithm)")
+    _load_option(p)
     p.add_argument("--json", metavar="FILE", help="write every case's verdict")
     p.add_argument("--repro-dir", metavar="DIR", help="write the reproducers there")
     p.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
@@ -400,8 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, metavar="FILE.png|.svg",
                    help="write the drawing (default ALGO-N.png)")
     p.add_argument("--table", action="store_true", help="print the per-step table instead")
-    p.add_argument("--load", action="append", default=[], metavar="SPEC",
-                   help="import path.py or a module first (e.g. one registering an algorithm)")
+    _load_option(p)
     _plain_help(parser)
     return parser
 

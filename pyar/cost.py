@@ -26,7 +26,10 @@ The model is a discrete-event timeline over the steps of all ranks:
 
 The time of the schedule is when its last rank ends. :func:`predict` also
 splits that time along the critical path into its alpha, beta, gamma and
-delta terms.
+delta terms, and with ``trace=True`` keeps the path itself, event by event
+(:func:`critical_path`: what ``pyar model --explain`` prints). On a machine
+with two link classes (``Params.alpha_inter``, ``beta_inter``) and a
+topology, a message between nodes costs ``alpha_inter + b*beta_inter``.
 
 MPI libraries send a message up to an *eager* limit at once and a larger one
 after a rendezvous (a handshake with the receiver): ``Params.eager`` bytes and
@@ -73,13 +76,15 @@ from . import collectives
 from .algorithms import algorithm as registered, builder
 from .algorithms._terms import Terms
 from .errors import ScheduleError
-from .schedule import Schedule, Send, build
+from .schedule import Schedule, build
 
 
 class Params(NamedTuple):
     """Machine parameters, in seconds: per message, per byte sent, per byte folded (by dtype
     name), per step posted; the largest message sent eagerly (bytes) and what a larger
-    one's rendezvous adds; the largest buffer (bytes) whose steps cost no ``delta``."""
+    one's rendezvous adds; the largest buffer (bytes) whose steps cost no ``delta``.
+    ``alpha_inter`` and ``beta_inter``: per message and per byte between ranks on
+    different nodes of a topology (None: as within a node)."""
 
     alpha: float
     beta: float
@@ -88,11 +93,24 @@ class Params(NamedTuple):
     eager: float = math.inf
     rendezvous: float = 0.0
     resident: float = 0.0
+    alpha_inter: float | None = None
+    beta_inter: float | None = None
 
     def gamma_of(self, dtype) -> float:
         """Seconds per byte folded for ``dtype``; for a dtype not measured, the slowest one's."""
         found = self.gamma.get(np.dtype(dtype).name)
         return max(self.gamma.values()) if found is None else found
+
+    @property
+    def links(self) -> bool:
+        """Whether messages between nodes cost other than those within one."""
+        return ((self.alpha_inter is not None and self.alpha_inter != self.alpha)
+                or (self.beta_inter is not None and self.beta_inter != self.beta))
+
+    def inter(self) -> tuple[float, float]:
+        """``(alpha, beta)`` between nodes."""
+        return (self.alpha if self.alpha_inter is None else self.alpha_inter,
+                self.beta if self.beta_inter is None else self.beta_inter)
 
 
 class Prediction(NamedTuple):
@@ -115,6 +133,17 @@ class Prediction(NamedTuple):
         late = not resident and terms.bytes > params.eager * terms.messages  # no messages: never
         rendezvous = terms.messages * params.rendezvous if late else 0.0
         return cls(sum(parts) + rendezvous, *parts, terms, rendezvous)
+
+    @classmethod
+    def of_path(cls, path, params: Params, nbytes: float) -> Prediction:
+        """The time of a timeline path (:func:`_timeline`), whose alpha and beta seconds it
+        carries (they differ by link with two link classes)."""
+        _, messages, sent, folded, nsteps, alpha, beta, _ = path
+        terms = Terms(messages, sent, folded, nsteps)
+        plain = cls.of(terms, params, 0.0, nbytes)
+        gamma = path[0] - alpha - beta - plain.delta
+        return cls(alpha + beta + gamma + plain.delta + plain.rendezvous, alpha, beta, gamma,
+                   plain.delta, terms, plain.rendezvous)
 
 
 def formula(collective: str, algorithm: str, size: int, count: int, dtype,
@@ -140,10 +169,13 @@ def estimate(collective: str, algorithm: str, size: int, count: int, dtype, para
              *, exact: bool = False, topology=None) -> tuple[Prediction, str]:
     """The predicted time of ``algorithm`` and where it came from: ``"formula"`` or ``"schedule"``.
 
-    Uses the closed form when there is one (unless ``exact``), else builds
-    the schedule (on ``topology``) and runs :func:`predict` on it.
+    Uses the closed form when there is one (unless ``exact``, or ``params``
+    has two link classes and ``topology`` several nodes: closed forms count
+    messages, not links), else builds the schedule (on ``topology``) and runs
+    :func:`predict` on it.
     """
     dtype = np.dtype(dtype)
+    exact = exact or (params.links and topology is not None and len(topology.nodes) > 1)
     terms = None if exact else formula(collective, algorithm, size, count, dtype, topology)
     if terms is not None:
         return Prediction.of(terms, params, params.gamma_of(dtype), count * dtype.itemsize), \
@@ -153,37 +185,76 @@ def estimate(collective: str, algorithm: str, size: int, count: int, dtype, para
     return predict(schedule, params, dtype), "schedule"
 
 
-_ZERO = (0.0, 0, 0, 0, 0)     # (seconds, messages, bytes, folded bytes, steps) on a path
+_ZERO = (0.0, 0, 0, 0, 0, 0.0, 0.0, None)
+# a path: (seconds, messages, bytes, folded bytes, steps, alpha seconds, beta seconds, trace)
 
 
-def predict(schedule: Schedule, params: Params, dtype="float32") -> Prediction:
+def predict(schedule: Schedule, params: Params, dtype="float32", *, trace: bool = False
+            ) -> Prediction:
     """The modelled time of ``schedule`` on ``dtype`` elements (see the module docstring).
 
-    Raises ScheduleError if the schedule's messages do not match (size, or a
-    deadlock): the simulator says which rank and step in more detail.
+    With a topology and ``params.links``, a message between nodes costs
+    ``alpha_inter + b*beta_inter``. With ``trace``, the prediction's
+    critical path is kept for :func:`critical_path`. Raises ScheduleError
+    if the schedule's messages do not match (size, or a deadlock): the
+    simulator says which rank and step in more detail.
     """
     itemsize = np.dtype(dtype).itemsize
     gamma = params.gamma_of(dtype)
-    steps = [schedule.steps(r) for r in range(schedule.size)]
     nbytes = schedule.count * itemsize
     delta = 0.0 if nbytes <= params.resident else params.delta
-    finish = _timeline(steps, itemsize, params.alpha, params.beta, gamma, delta)
-    _, messages, sent, folded, nsteps = max(finish, default=_ZERO)
-    return Prediction.of(Terms(messages, sent, folded, nsteps), params, gamma, nbytes)
+    node_of = schedule.topology.node_of if schedule.topology and params.links else None
+    finish = _timeline(schedule.table(), itemsize, params, gamma, delta, node_of, trace)
+    last = max(finish, default=_ZERO, key=lambda path: path[0])
+    prediction = Prediction.of_path(last, params, nbytes)
+    if trace:
+        _traces[id(prediction)] = (prediction, last[7])
+    return prediction
 
 
-def _timeline(steps, itemsize, alpha, beta, gamma, delta):
-    """When each rank ends, as a path tuple ``(seconds, messages, bytes, folded, steps)``.
+_traces: dict = {}      # id(prediction) -> (prediction, its path's trace), for critical_path
+
+
+def critical_path(prediction: Prediction) -> list[tuple]:
+    """The events along the critical path of a ``predict(..., trace=True)``, in time order:
+    ``(end seconds, what, rank, step, peer, bytes, seconds it adds, term, why)`` with
+    ``what`` one of ``"post"`` (term delta), ``"message"`` (alpha, then beta, two
+    entries) and ``"fold"`` (gamma)."""
+    found = _traces.get(id(prediction))
+    if found is None or found[0] is not prediction:
+        raise ValueError("critical_path needs a prediction made with predict(..., trace=True)")
+    events, node = [], found[1]
+    while node is not None:
+        node, event = node
+        events.append(event)
+    return events[::-1]
+
+
+def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False):
+    """When each rank ends, as a path (see ``_ZERO``) of the schedule in ``table``.
 
     Event-driven. A rank's ports only ever carry its current step's messages,
     so a message alone on both its ports (the sender's only send of the
     step, the receiver's only receive) starts as soon as it is ready; the
     others wait in a heap and take the ports in the order they became ready.
-    Each path tuple carries the counts along the path that set its time, so
-    the critical path's terms come out with the time. (Written for speed: a
-    1,024-rank ring is two million messages.)
+    Each path carries the counts along the path that set its time, so the
+    critical path's terms come out with the time (and with ``trace``, its
+    events). Per message a few tuple operations: a 1,024-rank ring is two
+    million messages.
     """
-    size = len(steps)
+    size = len(table.nsteps)
+    alpha, beta = params.alpha, params.beta
+    far_alpha, far_beta = params.inter()
+    nsteps = table.nsteps.tolist()
+    first = np.concatenate(([0], np.cumsum(table.nsteps)[:-1]))
+    bounds = np.searchsorted(first[table.rank] + table.step,
+                             np.arange(int(table.nsteps.sum()) + 1)).tolist()
+    step_first = first.tolist()
+    send_col, peer_col = table.send.tolist(), table.peer.tolist()
+    nbytes_col = ((table.hi - table.lo) * itemsize).tolist()
+    fold_col = table.reduce.tolist()
+    sends_in = np.add.reduceat(table.send.astype(np.int64), bounds[:-1]).tolist() \
+        if table.rank.size else []
     current = [0] * size
     outstanding = [0] * size        # messages of the current step not yet delivered
     ends = [_ZERO] * size           # per rank: its current step's latest delivery so far
@@ -193,27 +264,29 @@ def _timeline(steps, itemsize, alpha, beta, gamma, delta):
     recv_free = [_ZERO] * size      # when each rank's receive port is free
     unmatched = {}                  # 2*channel + is_send -> deque of (path, nbytes, fold, alone)
     now = []                        # ready messages alone on their ports
-    ready = []                      # heap of (seconds, seq, path, src, dst, nbytes, fold)
+    ready = []                      # heap of (seconds, seq, path, src, dst, nbytes, fold, why)
     seq = 0
     push = heapq.heappush
 
     def post(rank, at):
         """Post the rank's next step at ``delta`` after ``at``, when its previous step ended."""
         nonlocal seq
-        mine = steps[rank]
-        while current[rank] < len(mine):
-            at = (at[0] + delta, at[1], at[2], at[3], at[4] + 1)
-            step = mine[current[rank]]
-            ops = step.ops
-            ends[rank], folds[rank], outstanding[rank] = at, 0, len(ops)
-            one_send, one_recv = len(step.sends) == 1, len(step.recvs) == 1
-            for op in ops:
-                peer, (_, lo, hi) = op[0], op[1]
-                nbytes = (hi - lo) * itemsize
-                if type(op) is Send:
+        while current[rank] < nsteps[rank]:
+            i = current[rank]
+            sid = step_first[rank] + i
+            lo, hi = bounds[sid], bounds[sid + 1]
+            why = (at[7], (at[0] + delta, "post", rank, i, -1, 0, delta, "delta",
+                           "its previous step ended")) if trace else None
+            at = (at[0] + delta, at[1], at[2], at[3], at[4] + 1, at[5], at[6], why)
+            ends[rank], folds[rank], outstanding[rank] = at, 0, hi - lo
+            n_send = sends_in[sid] if hi > lo else 0
+            one_send, one_recv = n_send == 1, hi - lo - n_send == 1
+            for row in range(lo, hi):
+                peer, nbytes = peer_col[row], nbytes_col[row]
+                if send_col[row]:
                     is_send, src, dst, fold, alone = True, rank, peer, False, one_send
                 else:
-                    is_send, src, dst, fold, alone = False, peer, rank, op[2], one_recv
+                    is_send, src, dst, fold, alone = False, peer, rank, fold_col[row], one_recv
                 channel = 2 * (src * size + dst)            # + 1 for its sends, + 0 receives
                 waiting = unmatched.get(channel + (not is_send))
                 if not waiting:
@@ -225,14 +298,14 @@ def _timeline(steps, itemsize, alpha, beta, gamma, delta):
                     sent, expected = (nbytes, their_bytes) if is_send else (their_bytes, nbytes)
                     raise ScheduleError(
                         f"size mismatch: rank {src} sends rank {dst} {sent} bytes, which it "
-                        f"receives as {expected} (rank {rank} step {current[rank]})")
+                        f"receives as {expected} (rank {rank} step {i})")
                 both = at if at[0] >= their_at[0] else their_at
                 if alone and their_alone:
                     now.append((both, src, dst, nbytes, fold or their_fold))
                 else:
                     push(ready, (both[0], seq, both, src, dst, nbytes, fold or their_fold))
                     seq += 1
-            if ops:
+            if hi > lo:
                 return
             current[rank] += 1          # an empty step costs only its overhead
         done[rank] = at
@@ -246,8 +319,13 @@ def _timeline(steps, itemsize, alpha, beta, gamma, delta):
         outstanding[rank] -= 1
         if not outstanding[rank]:
             f = folds[rank]
+            i = current[rank]
             current[rank] += 1
-            post(rank, (e[0] + f * gamma, e[1], e[2], e[3] + f, e[4]))
+            why = e[7]
+            if trace and f:
+                why = (why, (e[0] + f * gamma, "fold", rank, i, -1, f, f * gamma, "gamma",
+                             "the step's folds run after its last message"))
+            post(rank, (e[0] + f * gamma, e[1], e[2], e[3] + f, e[4], e[5], e[6], why))
 
     # Messages alone on their ports go first: those they lead to are ready no earlier than
     # they are, so the heap still hands the shared ports out in time order.
@@ -255,17 +333,28 @@ def _timeline(steps, itemsize, alpha, beta, gamma, delta):
     for rank in range(size):
         post(rank, _ZERO)
     while now or ready:
+        reason = "ready: both ends posted it"
         if now:
             at, src, dst, nbytes, fold = now.pop()
         else:
             _, _, at, src, dst, nbytes, fold = pop(ready)
             free = send_free[src]
             if free[0] > at[0]:
-                at = free
+                at, reason = free, f"waits for rank {src}'s send port"
             free = recv_free[dst]
             if free[0] > at[0]:
-                at = free
-        end = (at[0] + alpha + nbytes * beta, at[1] + 1, at[2] + nbytes, at[3], at[4])
+                at, reason = free, f"waits for rank {dst}'s receive port"
+        if node_of is not None and node_of[src] != node_of[dst]:
+            a, b = far_alpha, nbytes * far_beta
+        else:
+            a, b = alpha, nbytes * beta
+        why = None
+        if trace:
+            why = (at[7], (at[0] + a, "message", src, current[src], dst, nbytes, a, "alpha",
+                           reason))
+            why = (why, (at[0] + a + b, "message", src, current[src], dst, nbytes, b, "beta",
+                         f"{nbytes} B on the link"))
+        end = (at[0] + a + b, at[1] + 1, at[2] + nbytes, at[3], at[4], at[5] + a, at[6] + b, why)
         send_free[src] = recv_free[dst] = end
         deliver(src, end, nbytes, False)
         deliver(dst, end, nbytes, fold)

@@ -12,7 +12,11 @@ listing what is valid.
 candidate with the least time predicted by :mod:`pyar.cost` under the
 machine parameters of the tuning file (``PYAR_TUNING_FILE``, default
 ``$XDG_CACHE_HOME/pyar/tuning.json``, i.e. ``~/.cache/pyar/tuning.json``),
-written by ``pyar tune``; without one, under :data:`DEFAULTS`. The file is
+written by ``pyar tune``; without one, under :data:`DEFAULTS`. A machine
+description (``machines/*.json``: the same format, with ``inter_node`` alpha
+and beta for messages between nodes) works as a tuning file too: on a
+topology of several nodes, candidates are then costed from their schedules,
+each message on its own link class. The file is
 read once per process, and every rank must see the same one (ranks that pick
 differently get a MismatchError, not a hang).
 
@@ -260,30 +264,47 @@ def source() -> str:
 
 
 def load(path) -> cost.Params:
-    """The parameters in the tuning file at ``path``; ValueError saying what is wrong."""
+    """The parameters in the tuning file (or machine description) at ``path``; ValueError
+    saying what is wrong."""
+    return machine(path)[0]
+
+
+def machine(path) -> tuple[cost.Params, dict]:
+    """The parameters of the tuning file or machine description at ``path``, and what else it
+    says: ``nodes`` and ``ranks_per_node`` (if given), ``description`` and ``source``."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise ValueError(f"tuning file {path}: cannot read it as JSON ({e})") from None
     expected = (f"a JSON object with \"format\": {FORMAT!r}, numbers alpha, beta, delta >= 0 "
                 f"(seconds), gamma, an object of dtype name -> seconds per byte, and "
-                f"optionally eager (bytes > 0, or null: no limit), rendezvous >= 0 (seconds) "
-                f"and resident >= 0 (bytes)")
+                f"optionally eager (bytes > 0, or null: no limit), rendezvous >= 0 (seconds), "
+                f"resident >= 0 (bytes), inter_node {{\"alpha\": s, \"beta\": s/B}} (between "
+                f"nodes), nodes and ranks_per_node (ints >= 1)")
     try:
         if data["format"] != FORMAT or not data["gamma"]:
             raise ValueError
         gamma = {np.dtype(k).name: float(v) for k, v in data["gamma"].items()}
         eager = data.get("eager")
+        inter = data.get("inter_node") or {}
+        if not isinstance(inter, dict) or set(inter) - {"alpha", "beta"}:
+            raise ValueError
         params = cost.Params(float(data["alpha"]), float(data["beta"]), gamma,
                              float(data["delta"]), math.inf if eager is None else float(eager),
-                             float(data.get("rendezvous", 0.0)), float(data.get("resident", 0.0)))
+                             float(data.get("rendezvous", 0.0)), float(data.get("resident", 0.0)),
+                             *(None if inter.get(k) is None else float(inter[k])
+                               for k in ("alpha", "beta")))
+        layout = {k: data[k] for k in ("nodes", "ranks_per_node") if data.get(k) is not None}
+        if not all(type(v) is int and v >= 1 for v in layout.values()):
+            raise ValueError
     except (KeyError, TypeError, ValueError, AttributeError):
         raise ValueError(f"tuning file {path}: expected {expected}") from None
     if not all(math.isfinite(v) and v >= 0 for v in
                (params.alpha, params.beta, params.delta, params.rendezvous, params.resident,
-                *gamma.values())) or not params.eager > 0:
+                *params.inter(), *gamma.values())) or not params.eager > 0:
         raise ValueError(f"tuning file {path}: expected {expected}")
-    return params
+    return params, {**layout, **{k: str(data[k]) for k in ("description", "source")
+                                  if k in data}}
 
 
 def save(path, params: cost.Params, measured: dict) -> None:
@@ -294,6 +315,8 @@ def save(path, params: cost.Params, measured: dict) -> None:
             "delta": params.delta, "gamma": params.gamma,
             "eager": params.eager if math.isfinite(params.eager) else None,
             "rendezvous": params.rendezvous, "resident": params.resident, "measured": measured}
+    if params.links:
+        data["inter_node"] = dict(zip(("alpha", "beta"), params.inter()))
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)

@@ -9,7 +9,7 @@ import pyar
 from pyar import cost
 from pyar.algorithms import algorithm
 from pyar.collectives import names
-from pyar.schedule import SEGMENT, Chunk, Recv, Send, Step
+from pyar.schedule import SEGMENT, Chunk, Recv, Send, Step, Table
 from pyar.topology import Topology
 
 # distinct powers of two, so a term counted in the wrong place cannot go unseen
@@ -242,8 +242,10 @@ class Listed:
         self._steps = [[Step(ops) for ops in steps] for steps in ranks]
         self.count = max(op[1].hi for steps in ranks for ops in steps for op in ops)
 
-    def steps(self, rank):
-        return self._steps[rank]
+    topology = None
+
+    def table(self):
+        return Table.of(self._steps)
 
 
 def test_ports_serve_messages_in_the_order_they_become_ready():

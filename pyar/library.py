@@ -67,7 +67,7 @@ def current() -> Library:
     cvar = EAGER_CVARS.get(family)
     eager = None if cvar is None else read_cvar(cvar)
     where = (f"MPI_T {cvar}" if eager is not None else
-             f"MPI_T has no {cvar}" if cvar else f"no MPI_T variable known for {family}")
+             f"MPI_T has no {cvar} (now)" if cvar else f"no MPI_T variable known for {family}")
     return Library(family, version_of(text, family), text.splitlines()[0].strip(), eager,
                    where)
 
@@ -101,8 +101,8 @@ def read_cvar(name: str) -> int | None:
     lib = _libmpi()
     if lib is None:
         return None
-    provided = ctypes.c_int()
-    if lib.MPI_T_init_thread(0, ctypes.byref(provided)) != 0:
+    provided = ctypes.c_int()       # (asking for less than MPI has lowers Open MPI's level)
+    if lib.MPI_T_init_thread(MPI.Query_thread(), ctypes.byref(provided)) != 0:
         return None
     codes = {MPI.INT.handle: "i", MPI.UNSIGNED.handle: "I", MPI.LONG.handle: "l",
              MPI.UNSIGNED_LONG.handle: "L", MPI.LONG_LONG.handle: "q",

@@ -19,6 +19,14 @@ def test_shared_windows_work_and_every_rank_of_a_node_reports_the_same(comm):
     node.Free()
 
 
+def test_the_eager_limit_within_a_node_is_read_where_ranks_share_one(comm):
+    lib = library.current()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    if lib.family in library.EAGER_CVARS and node.Get_size() > 1:
+        agree(comm, isinstance(lib.eager, int) and 1024 <= lib.eager <= 1 << 20, str(lib))
+    node.Free()
+
+
 def test_a_pool_knows_whether_its_node_has_a_core_for_each_rank(comm):
     mine = comm.Dup()
     pool = shm.pool_of(mine)

@@ -37,6 +37,9 @@ def info(args) -> int:
     print(f"ranks: {MPI.COMM_WORLD.Get_size()}")
     print(f"eager limit in a node: {'unknown' if lib.eager is None else f'{lib.eager} B'} "
           f"({lib.eager_source})")
+    print("MPI's integer sums and products: " + (
+        f"saturate for {', '.join(lib.saturating)} (pyar's wrap; its checks use numpy there)"
+        if lib.saturating else "wrap around (as pyar's)"))
     shm = settings.current().shm_bytes
     print(f"MPI_Win_allocate_shared: {'works' if windows.works else 'FAILS'}: {windows.detail}")
     print("shared-memory mailboxes: " + ("off (PYAR_SHM_BYTES=0)" if shm == 0 else

@@ -9,6 +9,11 @@ In a process running MPI (:func:`current`, decided once):
   MPI_T control variable of its shared-memory transport, :data:`EAGER_CVARS`:
   Open MPI's ``btl_sm_eager_limit``, MPICH's cell size); None where it has
   none of them;
+- whether its integer sums and products wrap around as C's unsigned arithmetic (and
+  numpy's, and pyar's kernels) do: :func:`saturating` tries ``MPI_Reduce_local``.
+  Open MPI 5.0.11's AVX op component saturates int8, uint8, int16 and uint16
+  sums instead (``OMPI_MCA_op=^avx`` turns it off): where a library does, pyar's
+  oracles (:func:`pyar.verify.library_reference`) reduce with numpy instead;
 - CUDA-awareness (:func:`pyar.executors.cuda.awareness`).
 
 :func:`shared_windows` (collective) tries ``MPI_Win_allocate_shared`` on the
@@ -39,6 +44,7 @@ class Library(NamedTuple):
     description: str        # the first line of MPI_Get_library_version
     eager: int | None       # bytes: the shared-memory eager limit, if MPI_T tells it
     eager_source: str       # where eager came from, in words
+    saturating: tuple       # ("int8 sum", ...): what MPI's predefined ops do not wrap
 
 
 def family_of(text: str) -> str:
@@ -69,7 +75,38 @@ def current() -> Library:
     where = (f"MPI_T {cvar}" if eager is not None else
              f"MPI_T has no {cvar} (now)" if cvar else f"no MPI_T variable known for {family}")
     return Library(family, version_of(text, family), text.splitlines()[0].strip(), eager,
-                   where)
+                   where, saturating())
+
+
+def saturating() -> tuple:
+    """``"dtype op"`` for each integer dtype and op (sum, prod) whose ``MPI_Reduce_local`` on
+    1,024 pairs of numbers across the dtype's whole range differs from numpy's wrapping
+    result (local: no communication)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from .ops import DTYPES
+
+    found = []
+    rng = np.random.default_rng(16)
+    for dtype in (d for d in DTYPES if d.kind in "iu"):
+        info = np.iinfo(dtype)
+        a, b = (rng.integers(info.min, info.max, 1024, dtype=dtype, endpoint=True)
+                for _ in range(2))
+        for name, op, ufunc in (("sum", MPI.SUM, np.add), ("prod", MPI.PROD, np.multiply)):
+            got = b.copy()
+            op.Reduce_local(a, got)
+            if not np.array_equal(got, ufunc(a, b)):
+                found.append(f"{dtype.name} {name}")
+    return tuple(found)
+
+
+def wraps(dtype, op: str) -> bool:
+    """Whether the library's ``op`` (``sum prod max min avg``) on ``dtype`` gives numpy's
+    result (:func:`saturating`)."""
+    import numpy as np
+
+    return f"{np.dtype(dtype).name} {'sum' if op == 'avg' else op}" not in current().saturating
 
 
 def slug() -> str:

@@ -85,7 +85,7 @@ def test_the_defaults_take_another_librarys_eager_limit(monkeypatch):
                                     ("openmpi", None, None)]:
         tuner.defaults.cache_clear()
         monkeypatch.setattr(library, "current", lambda: library.Library(
-            family, "1.0", "", eager, "test"))
+            family, "1.0", "", eager, "test", ()))
         params = tuner.defaults()
         if expected is None:
             assert params is tuner.DEFAULTS
@@ -100,3 +100,17 @@ def test_a_pool_on_one_rank_counts_its_cores_and_is_not_oversubscribed():
     pool = shm.pool_of(comm)
     assert pool.cores == len(os.sched_getaffinity(0)) >= 1 and not pool.oversubscribed
     comm.Free()
+
+
+def test_the_saturation_probe_agrees_with_one_overflow_the_library_folds_itself():
+    import numpy as np
+
+    a, b = np.full(256, 100, np.int8), np.full(256, 100, np.int8)
+    MPI.SUM.Reduce_local(a, b)
+    assert library.wraps(np.int8, "sum") == bool((b == -56).all())
+    assert library.wraps(np.int8, "avg") == library.wraps(np.int8, "sum")
+    assert all(library.wraps(t, "max") for t in ("int8", "uint16", "float32"))
+    assert set(library.current().saturating) <= {f"{d} {o}" for d in
+                                                 ("int8", "uint8", "int16", "uint16", "int32",
+                                                  "uint32", "int64", "uint64")
+                                                 for o in ("sum", "prod")}

@@ -53,11 +53,13 @@ def oracle(comm, collective, x, op, root, library=False):
         scale = np.empty(shape)
         record.library(comm, magnitude, scale, (Op.PROD if op is Op.PROD else Op.SUM).reduction,
                        root)
+    inputs = None                               # every rank's x, where numpy is the oracle
+    if record.reduces and not library and not wraps(x.dtype, op.reduction):
+        inputs = comm.allgather(x)              # (on every rank: collective)
     if not gets_result(record, x, rank, size, root):
         return None, None
-    if record.reduces and not library and not wraps(x.dtype, op.reduction):
-        found = record.expected(comm.allgather(x), rank, root, op)[0]      # wrapped around:
-        expected = None if found is None else found.astype(x.dtype)         # x's own dtype
+    if inputs is not None:                      # wrapped around, in x's own dtype
+        expected = record.expected(inputs, rank, root, op)[0].astype(x.dtype)
     elif record.reduces and op is Op.AVG:
         expected, scale = expected / size, scale / size
     return expected, scale

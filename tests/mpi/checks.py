@@ -25,11 +25,12 @@ def library_may_differ(algorithm, op, dtype):
     return algorithm == "mpi" and Op(op) in (Op.MAX, Op.MIN) and is_float(dtype)
 
 
-def check_against_mpi(comm, result, x, op, what="", identical=True):
+def check_against_mpi(comm, result, x, op, what="", identical=True, library=False):
     """``result`` equals MPI_Allreduce of ``x`` within tolerance and, if ``identical``, bitwise
-    on every rank (half types: MPI_Allreduce on ``x`` widened to float32)."""
+    on every rank (half types: MPI_Allreduce on ``x`` widened to float32; integers the library
+    saturates: numpy's, unless ``library``, the library's own result checked)."""
     op = Op(op)
-    expected, scale = library_reference(comm, x, op)
+    expected, scale = library_reference(comm, x, op, library)
     bad = mismatches(result, expected, op, comm.size, scale)
     # one allreduce for both verdicts: the numbers everywhere, and the same bits (their crc32
     # the same on every rank: its least value is minus the least of its negation)

@@ -76,8 +76,7 @@ def attach(comm, n: int) -> Recorder | None:
     also agrees on the job's default dump directory."""
     index = _made[0]
     _made[0] += 1
-    if not _job:
-        _start(comm)
+    _start(comm)
     if n == 0:
         return None
     rec = Recorder(comm, n, index)
@@ -87,13 +86,16 @@ def attach(comm, n: int) -> Recorder | None:
 
 
 def _start(comm) -> None:
-    """Once per process, on its first Comm: the job's dump directory name (rank 0's clock
-    and pid, broadcast), the world rank, the SIGUSR1 handler (unless one is set)."""
+    """On every new Comm (its ranks all make it: the broadcast is collective there, whichever
+    Comm is a rank's first), its rank 0's clock and pid; once per process, from the first:
+    the job's dump directory name, the world rank, the SIGUSR1 handler (unless one is set)."""
     import numpy as np
     from mpi4py import MPI
 
     stamp = np.array([int(time.time()), os.getpid()], np.int64)
     comm.mpi.Bcast(stamp, 0)
+    if _job:
+        return
     when = time.strftime("%Y%m%d-%H%M%S", time.localtime(int(stamp[0])))
     _job.update(dir=f"pyar-dump-{when}-{int(stamp[1])}", rank=MPI.COMM_WORLD.Get_rank(),
                 size=MPI.COMM_WORLD.Get_size())

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import calls, device, ops, recorder, schedule as _schedule, tuner
 from .algorithms import builder, generation as _generation
+from .buffers import is_torch
 from .collectives import Collective, collective as record_of, records
 from .collectives.allgather import ALLGATHER
 from .collectives.allreduce import ALLREDUCE
@@ -205,21 +206,22 @@ def collective(name: str, x, out=None, *, op="sum", root=0, algorithm="auto", co
 
 
 def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonblocking,
-         remember=None):
+         remember=None, then=None):
     """Run ``record``'s collective: validate, pick the algorithm, build the call's run; then
-    wait for it (``nonblocking`` False: its result) or put it in flight (its Request)."""
+    wait for it (``nonblocking`` False: its result) or put it in flight (its Request).
+    ``then(result)`` maps the result, if given (pyar.torch: arrays back to tensors)."""
+    if is_torch(x):                        # pyar.torch: as arrays, back through here
+        from . import torch as _torch
+        return _torch.collective(record, x, out, op, algorithm, comm, root, timeout,
+                                 nonblocking)
     busy = Comm.of(comm).enter(f"pyar.{record.name}")   # (another thread's call: an error)
     try:
-        if not isinstance(x, np.ndarray):  # torch: pyar.torch; cupy: pyar.device
-            if type(x).__module__.startswith("torch"):
-                from . import torch as _torch
-                return _torch.collective(record, x, out, op, algorithm, comm, root, timeout,
-                                         nonblocking)
+        if not isinstance(x, np.ndarray):  # cupy: pyar.device
             return device.collective(record, x, out, op, algorithm, comm, root, timeout,
-                                     nonblocking)
+                                     nonblocking, then)
         try:
             run, lean = calls.build(record, x, out, op, algorithm, comm, root, timeout,
-                                    nonblocking, remember)
+                                    nonblocking, remember, then)
             if nonblocking:
                 return progress.start(run)
             return lean() if lean is not None else run.complete()

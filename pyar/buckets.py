@@ -36,6 +36,7 @@ import zlib
 import numpy as np
 
 from . import api, compression as _compression, ops
+from .buffers import is_torch
 from .comm import Comm
 from .errors import MismatchError
 
@@ -262,7 +263,7 @@ class Flight:
 
 def _like(g, view):
     """``view`` as the kind of array ``g`` is (a torch tensor for a tensor)."""
-    if type(g).__module__.startswith("torch"):
+    if is_torch(g):
         from .torch import as_tensor
         return as_tensor(view)
     return view
@@ -276,7 +277,7 @@ def _array(g, i):
     """``g`` as a numpy or cupy array sharing its memory (a torch tensor through pyar.torch)."""
     if isinstance(g, np.ndarray):
         return g
-    if type(g).__module__.startswith("torch"):
+    if is_torch(g):
         from .torch import as_array
         return as_array(g)
     cupy = sys.modules.get("cupy")

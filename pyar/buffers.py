@@ -26,6 +26,11 @@ class Work(NamedTuple):
         return self.result
 
 
+def is_torch(x) -> bool:
+    """Whether ``x`` is a torch tensor (without importing torch)."""
+    return type(x).__module__.startswith("torch")
+
+
 def check_array(x, name: str = "x") -> np.ndarray:
     """``x`` if it is a numpy array of a supported dtype; TypeError otherwise."""
     if not isinstance(x, np.ndarray):

@@ -151,8 +151,8 @@ def find_eager(measure, alpha: float, beta: float) -> tuple[float, float]:
     median excess of the three smallest sizes (so that an alpha measured low
     or high shifts nothing). The limit is passed at the first size of
     :data:`EAGER_SIZES` whose excess, and the next size's, exceed ``alpha/2``;
-    it is then bisected to 64 bytes. Under MPI, ``measure`` must return the
-    same number on both ranks (rank 0's, broadcast), so that they bisect alike.
+    it is then bisected to 64 bytes. Under MPI, ``measure``, ``alpha`` and ``beta``
+    must be the same on both ranks (rank 0's, broadcast), so that they bisect alike.
     """
     def excess(nbytes):
         return measure(nbytes) - alpha - nbytes * beta
@@ -204,6 +204,7 @@ def run(quick: bool = False, comm=None):
         t_small = _exchange_time(pair, small, iters)
         t_large = _exchange_time(pair, large, iters)
         beta = max(0.0, (t_large - t_small) / (large - small))
+        latency, beta = pair.bcast((latency, beta), root=0)    # both ranks bisect alike
         eager, rendezvous = find_eager(
             lambda n: pair.bcast(_exchange_time(pair, n, iters), root=0), latency, beta)
         alpha, per_call, per_step = _step_times(pair, iters)

@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from . import calls, compression as _compression, device
+from . import api, compression as _compression
 from .buckets import average, Flight
 from .comm import Comm
 from .executors import progress
@@ -78,14 +78,8 @@ def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking):
             return x
         return as_tensor(result)
 
-    if not isinstance(a, np.ndarray):
-        return device.collective(record, a, target, op, algorithm, comm, root, timeout,
-                                 nonblocking, then=back)
-    run, lean = calls.build(record, a, target, op, algorithm, comm, root, timeout,
-                            nonblocking, then=back)
-    if nonblocking:
-        return progress.start(run)
-    return lean() if lean is not None else run.complete()
+    return api._run(record, a, target, op, algorithm, comm, root, timeout, nonblocking,
+                    then=back)
 
 
 class HookState:

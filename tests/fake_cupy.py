@@ -6,10 +6,13 @@ expose ``__cuda_array_interface__`` over it, so mpi4py hands their addresses to
 a non-CUDA-aware MPI as it would a CUDA-aware one's device pointers.
 
 Streams are modelled: every operation that would be a kernel or an
-asynchronous copy on cupy's current stream marks the stream busy, and only
-``synchronize()`` (or a blocking copy to the host) makes it idle again;
-``guard(comm)`` wraps an mpi4py communicator so that any MPI call made while
-the stream is busy fails. What this proves: pyar.device and the executor call
+asynchronous copy on cupy's current stream records the memory it reads and
+writes as pending, and only ``synchronize()`` (or a blocking copy to the
+host) completes it; ``guard(comm)`` wraps an mpi4py communicator so that an
+MPI call given a device buffer that overlaps pending work fails (a race on
+a GPU: a CUDA-aware MPI does not wait for cupy's stream). Work pending on
+other memory is no hazard, so collectives in flight may go on while the
+caller launches kernels on its own buffers, as a training loop does. What this proves: pyar.device and the executor call
 the cupy API it models in an order that keeps MPI off buffers with pending
 work, reuse their pinned buffers, and give the numpy path's results. What it
 cannot prove: that real cupy behaves as modelled, that a CUDA-aware MPI takes
@@ -22,11 +25,30 @@ import types
 
 import numpy as np
 
-STATE = {"busy": False, "syncs": 0, "pinned": 0, "mpi_calls": 0}
+STATE = {"pending": [], "syncs": 0, "pinned": 0, "mpi_calls": 0}
 
 
-def _launch():
-    STATE["busy"] = True
+def _extent(a: np.ndarray) -> tuple[int, int]:
+    """The bytes [lo, hi) that ``a`` spans in memory."""
+    lo = hi = a.__array_interface__["data"][0]
+    for n, stride in zip(a.shape, a.strides):
+        if n == 0:
+            return lo, lo
+        if stride < 0:
+            lo += (n - 1) * stride
+        else:
+            hi += (n - 1) * stride
+    return lo, hi + a.itemsize
+
+
+def _launch(*arrays):
+    """Work on the stream that reads or writes ``arrays`` (stand-in ndarrays)."""
+    STATE["pending"].extend(_extent(a._a) for a in arrays)
+
+
+def _racing(a) -> bool:
+    lo, hi = _extent(a._a)
+    return any(lo < h and l < hi for l, h in STATE["pending"] if l < h)
 
 
 class _Flags:
@@ -62,21 +84,24 @@ class ndarray:  # noqa: N801  (cupy's name)
     def __setitem__(self, key, value):
         if not isinstance(value, ndarray):
             raise TypeError("the stand-in assigns device arrays only")
-        _launch()
+        _launch(self, value)
         self._a[key] = value._a
 
     def reshape(self, *shape):
+        out = ndarray(self._a.reshape(*shape))
         if not self._a.flags.c_contiguous:
-            _launch()                        # cupy copies
-        return ndarray(self._a.reshape(*shape))
+            _launch(self, out)               # cupy copies
+        return out
 
     def copy(self, order="C"):
-        _launch()
-        return ndarray(np.array(self._a, order=order))
+        out = ndarray(np.array(self._a, order=order))
+        _launch(self, out)
+        return out
 
     def astype(self, dtype):
-        _launch()
-        return ndarray(self._a.astype(dtype))
+        out = ndarray(self._a.astype(dtype))
+        _launch(self, out)
+        return out
 
     def view(self, dtype):
         return ndarray(self._a.view(dtype))
@@ -87,7 +112,7 @@ class ndarray:  # noqa: N801  (cupy's name)
             raise ValueError("set() needs a numpy array of the same shape and dtype")
         if not self._a.flags.c_contiguous:
             raise RuntimeError("Cannot set to non-contiguous array")
-        _launch()
+        _launch(self)
         self._a[...] = host
 
     def get(self):
@@ -104,8 +129,9 @@ def empty(shape, dtype):
 def asarray(host):
     if isinstance(host, ndarray):
         return host
-    _launch()
-    return ndarray(np.array(host, order="C"))
+    out = ndarray(np.array(host, order="C"))
+    _launch(out)
+    return out
 
 
 def ascontiguousarray(a):
@@ -124,7 +150,7 @@ def asnumpy(a, out=None, blocking=True):
 
 
 def synchronize():
-    STATE["busy"] = False
+    STATE["pending"].clear()
     STATE["syncs"] += 1
 
 
@@ -145,12 +171,14 @@ def empty_pinned(shape, dtype):
 
 def _device_buffers(args):
     for a in args:
-        if isinstance(a, ndarray) or isinstance(a, (list, tuple)) and any(_device_buffers(a)):
-            yield True
+        if isinstance(a, ndarray):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _device_buffers(a)
 
 
 class guard:  # noqa: N801
-    """An mpi4py communicator that refuses a device buffer while the stream is busy."""
+    """An mpi4py communicator that refuses a device buffer with work pending on it."""
 
     def __init__(self, comm):
         self._comm = comm
@@ -159,10 +187,11 @@ class guard:  # noqa: N801
         method = getattr(self._comm, name)
 
         def checked(*args, **kwargs):
-            if STATE["busy"] and any(_device_buffers(args)):
+            device = list(_device_buffers(args))
+            if any(map(_racing, device)):
                 raise AssertionError(f"MPI {name} got a device buffer with work pending on "
-                                     f"the stream")
-            STATE["mpi_calls"] += any(_device_buffers(args))
+                                     f"it on the stream")
+            STATE["mpi_calls"] += bool(device)
             return method(*args, **kwargs)
         return checked
 
@@ -170,14 +199,14 @@ class guard:  # noqa: N801
 def _fold(dst, src, code, dtype):
     from pyar import kernels
 
-    _launch()
+    _launch(dst, src)
     kernels.reduce_into(dst._a, src._a, kernels.OPS[code])
 
 
 def _divide(dst, src, divisor, dtype):
     from pyar import kernels
 
-    _launch()
+    _launch(dst, src)
     kernels.divide_into(dst._a, src._a, divisor)
 
 

@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import MismatchError, PyarError, ScheduleError, TimeoutError
+from ..errors import MismatchError, PyarError, ScheduleError
 from ..kernels import bound_fold, folder
 from ..schedule import Schedule
 from . import notice, progress, shm
@@ -546,9 +546,7 @@ class _ResidentStep:
             for request, status, peer in zip(requests, self.statuses, self.peers):
                 if not request.Test(status):
                     progress.wait_for(partial(request.Test, status), deadline,
-                                      lambda waited, peer=peer: TimeoutError(
-                                          f"{self.where} waited for rank {peer}; gave up "
-                                          f"after {waited:.1f} s"))
+                                      shm.gave_up(self.where, peer))
             for status, nbytes, view, peer in self.checks:
                 if status.Get_count(_BYTE) != nbytes:
                     _check_size(status, view, peer, self.where)

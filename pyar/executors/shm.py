@@ -96,9 +96,15 @@ def await_count(counter: memoryview, value: int, deadline=None, where: str = "",
             for _ in range(256):
                 if (seen := counter[0]) >= value:
                     return seen
-    progress.wait_for(lambda: counter[0] >= value, deadline, lambda waited: TimeoutError(
-        f"{where} waited for rank {peer}; gave up after {waited:.1f} s"))
+    progress.wait_for(lambda: counter[0] >= value, deadline, gave_up(where, peer))
     return counter[0]
+
+
+def gave_up(where: str, peer: int):
+    """The ``stalled`` of a lean-path wait: the TimeoutError saying ``where`` waited for
+    ``peer``, and how long."""
+    return lambda waited: TimeoutError(f"{where} waited for rank {peer}; gave up after "
+                                       f"{waited:.1f} s")
 
 
 def cores_of(node: MPI.Comm) -> int:

@@ -124,6 +124,10 @@ class Notice:
         self.mpi = comm.Dup()
         self.mpi.Set_name("pyar notices")
         self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
+        # This channel's name, in every message: MPI reuses a freed communicator's context,
+        # so a notice posted to a rank that has freed its Comm meanwhile can land on a later
+        # Notice there (seen: a sub-communicator's, raising a stranger's failure).
+        self.id = self.mpi.bcast(os.urandom(8).hex() if self.rank == 0 else None, root=0)
         self.owner = owner
         self.buffer = bytearray(NBYTES)
         self.status = MPI.Status()
@@ -160,6 +164,7 @@ class Notice:
         return self.owner.recent[seq % RECENT]
 
     def _post(self, message: dict) -> None:
+        message["channel"] = self.id
         for listener in listeners:
             listener(self.owner, message)
         data = json.dumps(message).encode()
@@ -183,6 +188,8 @@ class Notice:
             n = self.status.Get_count(MPI.BYTE)
             message = json.loads(bytes(self.buffer[:n]))
             self.request = self.mpi.Irecv([self.buffer, MPI.BYTE], MPI.ANY_SOURCE, TAG)
+            if message.get("channel") != self.id:
+                continue            # for a communicator freed here (see __init__)
             for listener in listeners:
                 listener(self.owner, message)
             if message["kind"] == "failed":

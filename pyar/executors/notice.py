@@ -54,6 +54,7 @@ import json
 import os
 import re
 import sys
+import threading
 import weakref
 import zlib
 
@@ -136,6 +137,7 @@ class Notice:
         self.reported = 0           # the owner's seq when it last sent an "at" notice
         self.peers: dict = {}       # rank -> its latest "at" notice
         self.failure = None         # a peer's failure, for the owner's next call
+        self.lock = threading.RLock()   # one thread at a time on the request and the buffer
         _LIVE.add(self)
 
     def tell(self, what: str, error: BaseException) -> None:
@@ -171,18 +173,28 @@ class Notice:
         if len(data) > NBYTES:
             message["text"] = message.get("text", "")[:NBYTES // 2] + " ..."
             data = json.dumps(message).encode()[:NBYTES]
-        self.sent = [(r, b) for r, b in self.sent if not r.Test()]
-        for peer in range(self.size):
-            if peer != self.rank and self.mpi != MPI.COMM_NULL:
-                self.sent.append((self.mpi.Isend([data, MPI.BYTE], peer, TAG), data))
+        with self.lock:
+            self.sent = [(r, b) for r, b in self.sent if not r.Test()]
+            for peer in range(self.size):
+                if peer != self.rank and self.mpi != MPI.COMM_NULL:
+                    self.sent.append((self.mpi.Isend([data, MPI.BYTE], peer, TAG), data))
 
     def receive(self, calling: bool = False) -> None:
         """Handle every notice that has arrived: raise a peer's failure if the owner has
         reached the failed call (else keep it, for the owner's next call: ``calling``, from
         the start of a call), or a mismatch. (Two tests: MPICH completes a receive that
-        arrived meanwhile at the second.)"""
+        arrived meanwhile at the second.) A thread that finds another receiving here leaves
+        it to that one (threads calling on different communicators all poll every Notice)."""
         if calling and self.failure is not None:
             raise self.failure
+        if not self.lock.acquire(False):
+            return
+        try:
+            self._receive(calling)
+        finally:
+            self.lock.release()
+
+    def _receive(self, calling: bool) -> None:
         while self.request and (self.request.Test(self.status) or
                                 self.request.Test(self.status)):
             n = self.status.Get_count(MPI.BYTE)

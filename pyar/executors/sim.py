@@ -301,7 +301,7 @@ class _Run:
             if not done.size:
                 break
             ends = rows[blocked[owner] == 0]
-            self._complete(done, ends)
+            self._complete(ends)
             current[done] += 1
             done_steps += done.size
             if progress is not None and time.monotonic() - shown >= 1:
@@ -324,8 +324,8 @@ class _Run:
         if stuck.size:
             raise ScheduleError(self._stall(int(stuck[0])))
 
-    def _complete(self, done, ends):
-        """Complete the current steps of ranks ``done``, whose rows are ``ends``."""
+    def _complete(self, ends):
+        """Complete the steps whose rows are ``ends`` (in (rank, step) order)."""
         t = self.t
         recvs = ends[~t.send[ends]]
         short = self.mismatched[recvs]
@@ -409,7 +409,7 @@ class _Run:
         folds = np.flatnonzero(fold)
         nth = self.round[recvs[folds]]
         for k in range(self.rounds):
-            pick = folds if self.rounds == 1 else folds[nth == k]
+            pick = folds[nth == k]
             if not pick.size:
                 continue
             n = lengths[pick]

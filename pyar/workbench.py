@@ -47,9 +47,9 @@ def small_pages():
     numpy advises them (``madvise(MADV_HUGEPAGE)``) for every array of 4 MiB or more
     on Linux unless ``NUMPY_MADVISE_HUGEPAGE=0``; a simulation touches a GiB of
     fresh memory once, and on the VM of BENCHMARKS.md the first touch of a huge
-    page cost 5.6 ms of system CPU (2.9 s for a GiB, no compaction stalls counted
-    in /proc/vmstat) against 0.4 s for a GiB of 4 KiB pages. A no-op where numpy
-    lacks the switch.
+    page cost up to 5.6 ms of system CPU (0.1 - 2.9 s for a GiB, no compaction
+    stalls counted in /proc/vmstat) against 0.4 - 0.6 s for a GiB of 4 KiB pages.
+    A no-op where numpy lacks the switch.
     """
     try:
         from numpy._core import multiarray          # numpy 2

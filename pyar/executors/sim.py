@@ -205,8 +205,10 @@ def _copy(src, src_at, dst, dst_at, lengths):
             continue
         rows, j = _rows(src, fro, n)
         block = _packed(dst, to, n)
-        if block is not None:                       # a gather into packed rows
+        if block is not None and rows.flags.c_contiguous:  # a gather into packed rows
             np.take(rows, j, axis=0, out=block, mode="clip")    # "clip": no buffering
+        elif block is not None:                     # (take would copy overlapping rows whole)
+            block[...] = rows[j]
         else:
             into, i = _rows(dst, to, n)
             into[i] = rows[j]

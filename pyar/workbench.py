@@ -9,6 +9,7 @@ model's time). ``pyar model`` is in :mod:`pyar.whatif`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -37,6 +38,29 @@ def samples(size: int, n: int, dtype, op) -> np.ndarray:
             row[done:done + more] = row[:more]
             done += more
     return out
+
+
+@contextlib.contextmanager
+def small_pages():
+    """Have numpy not ask the kernel for transparent huge pages while it lasts.
+
+    numpy advises them (``madvise(MADV_HUGEPAGE)``) for every array of 4 MiB or more
+    on Linux unless ``NUMPY_MADVISE_HUGEPAGE=0``; a simulation touches a GiB of
+    fresh memory once, and on the VM of BENCHMARKS.md the first touch of a huge
+    page cost up to 5.6 ms of system CPU (0.1 - 2.9 s for a GiB, no compaction
+    stalls counted in /proc/vmstat) against 0.4 - 0.6 s for a GiB of 4 KiB pages.
+    A no-op where numpy lacks the switch.
+    """
+    try:
+        from numpy._core import multiarray          # numpy 2
+    except ImportError:
+        from numpy.core import multiarray           # numpy 1
+    switch = getattr(multiarray, "_set_madvise_hugepage", lambda enabled: enabled)
+    was = switch(False)                             # it returns the previous setting
+    try:
+        yield
+    finally:
+        switch(was)
 
 
 def reference(record, inputs, op):
@@ -90,6 +114,7 @@ def _progress(name):
     return show
 
 
+@small_pages()
 def sim(args) -> int:
     """``pyar sim``: see the module docstring."""
     import pyar

@@ -159,3 +159,14 @@ def test_the_overlap_sweep_agrees_with_every_pair(spec):
     pairs = any(a.chunk.overlaps(b.chunk) and not (a.reduce and b.reduce)
                 for i, a in enumerate(recvs) for b in recvs[i + 1:])
     assert _overlap(recvs) == pairs
+
+
+def test_small_pages_turns_numpy_huge_pages_off_and_back():
+    multiarray = pytest.importorskip("numpy._core.multiarray")
+    was = multiarray._set_madvise_hugepage(True)
+    try:
+        with workbench.small_pages():
+            assert not multiarray._get_madvise_hugepage()
+        assert multiarray._get_madvise_hugepage()
+    finally:
+        multiarray._set_madvise_hugepage(was)

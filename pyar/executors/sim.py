@@ -176,9 +176,19 @@ def _rows(a, at, n):
     return np.ndarray((a.size - n + 1, n), a.dtype, a, strides=(a.itemsize, a.itemsize)), at
 
 
+def _packed(a, at, n):
+    """``a``'s rows of ``n`` elements at offsets ``at`` as one ``(len(at), n)`` view if they
+    lie end to end in order (``at[k] = at[0] + k * n``), else None. Cost: one pass over ``at``."""
+    if at.size > 1 and (np.diff(at) != n).any():
+        return None
+    return a[at[0]:at[0] + at.size * n].reshape(-1, n)
+
+
 def _copy(src, src_at, dst, dst_at, lengths):
     """``dst[dst_at[k]:+lengths[k]] = src[src_at[k]:+lengths[k]]`` for every k (targets
-    disjoint), a numpy gather per distinct length: the cost is the elements moved."""
+    disjoint, ``src`` and ``dst`` distinct arrays), a numpy gather or scatter per distinct
+    length: the cost is the elements moved, once where the rows of one side are packed end to
+    end (twice else: numpy gathers into a temporary before it scatters)."""
     if lengths.size == 0:
         return
     first = lengths[0]
@@ -187,9 +197,21 @@ def _copy(src, src_at, dst, dst_at, lengths):
         if n == 0:
             continue
         pick = slice(None) if len(groups) == 1 else lengths == n
-        into, i = _rows(dst, dst_at[pick], n)
-        rows, j = _rows(src, src_at[pick], n)
-        into[i] = rows[j]
+        to, fro = dst_at[pick], src_at[pick]
+        block = _packed(src, fro, n)
+        if block is not None:                       # a scatter of packed rows
+            into, i = _rows(dst, to, n)
+            into[i] = block
+            continue
+        rows, j = _rows(src, fro, n)
+        block = _packed(dst, to, n)
+        if block is not None and rows.flags.c_contiguous:  # a gather into packed rows
+            np.take(rows, j, axis=0, out=block, mode="clip")    # "clip": no buffering
+        elif block is not None:                     # (take would copy overlapping rows whole)
+            block[...] = rows[j]
+        else:
+            into, i = _rows(dst, to, n)
+            into[i] = rows[j]
 
 
 class _Run:
@@ -222,6 +244,18 @@ class _Run:
         self.partner_step = np.where(self.partner >= 0, table.step[self.partner],
                                      np.iinfo(np.int64).max)
         self.length = table.hi - table.lo
+        recv = np.flatnonzero(~table.send & (self.partner >= 0))
+        self.mismatched = np.zeros(table.rank.size, bool)      # sender's size differs
+        self.mismatched[recv] = self.length[recv] != self.length[self.partner[recv]]
+        # the k-th fold of a step lands in round k (within a round, targets are disjoint)
+        folds = np.flatnonzero(table.reduce)
+        new = np.ones(folds.size, bool)
+        new[1:] = ids[folds[1:]] != ids[folds[:-1]]
+        run_start = np.flatnonzero(new)
+        self.round = np.zeros(table.rank.size, np.int64)
+        self.round[folds] = np.arange(folds.size) - np.repeat(
+            run_start, np.diff(np.append(run_start, folds.size)))
+        self.rounds = int(self.round.max(initial=0)) + 1
         self.kept = {}          # send row -> (array, place) of a message read before it lands
         self.is_kept = np.zeros(table.rank.size, bool)
         self.delivered = np.zeros(table.rank.size, bool)
@@ -258,8 +292,8 @@ class _Run:
         total, done_steps, shown = int(t.nsteps.sum()), 0, time.monotonic()
         current = np.zeros(size, np.int64)
         self.current = current
-        live = current < t.nsteps
-        check = np.flatnonzero(live)
+        check = np.flatnonzero(current < t.nsteps)
+        unfinished = check.size
         while check.size:
             ids = self.first[check] + current[check]
             rows, owner = _ranges(self.start[ids], self.stop[ids])
@@ -269,30 +303,34 @@ class _Run:
             if not done.size:
                 break
             ends = rows[blocked[owner] == 0]
-            self._complete(done, ends)
+            self._complete(ends)
             current[done] += 1
             done_steps += done.size
             if progress is not None and time.monotonic() - shown >= 1:
                 progress(done_steps, total)
                 shown = time.monotonic()
             # who may complete next: the ranks that moved, and the peers of their new steps
+            # (so all that are left where every unfinished rank moved, as in a ring)
             moved = done[current[done] < t.nsteps[done]]
-            ids = self.first[moved] + current[moved]
-            rows, _ = _ranges(self.start[ids], self.stop[ids])
-            mark = np.zeros(size, bool)
-            mark[moved] = True
-            mark[t.peer[rows]] = True
-            check = np.flatnonzero(mark & (current < t.nsteps))
+            if done.size < unfinished:
+                ids = self.first[moved] + current[moved]
+                rows, _ = _ranges(self.start[ids], self.stop[ids])
+                mark = np.zeros(size, bool)
+                mark[moved] = True
+                mark[t.peer[rows]] = True
+                check = np.flatnonzero(mark & (current < t.nsteps))
+            else:
+                check = moved
+            unfinished -= done.size - moved.size
         stuck = np.flatnonzero(current < t.nsteps)
         if stuck.size:
             raise ScheduleError(self._stall(int(stuck[0])))
 
-    def _complete(self, done, ends):
-        """Complete the current steps of ranks ``done``, whose rows are ``ends``."""
+    def _complete(self, ends):
+        """Complete the steps whose rows are ``ends`` (in (rank, step) order)."""
         t = self.t
         recvs = ends[~t.send[ends]]
-        sources = self.partner[recvs]
-        short = self.length[recvs] != self.length[sources]
+        short = self.mismatched[recvs]
         if short.any():
             q = recvs[short][0]
             p = self.partner[q]
@@ -302,23 +340,21 @@ class _Run:
                 f"{t.step[p]}")
         if self.memory is None:
             return
-        completing = np.zeros(self.size, bool)
-        completing[done] = True
+        sources = self.partner[recvs]
+        fresh = ~self.is_kept[sources]
+        self.delivered[sources] = True                      # they land now
         sends = ends[t.send[ends]]
-        # messages whose receiver completes later (not earlier: then they were delivered)
-        early = sends[~completing[t.peer[sends]] & ~self.delivered[sends]]
+        early = sends[~self.delivered[sends]]               # their receivers complete later
         if early.size:
             got, at = self._read(early)
             self.kept.update(zip(early.tolist(), zip([got] * early.size, at.tolist())))
             self.is_kept[early] = True
-        fresh = ~self.is_kept[sources]
-        self.delivered[sources] = True
         lengths = self.length[recvs]
         place = np.cumsum(lengths) - lengths
-        payload = np.empty(int(lengths.sum()), self.memory.dtype)
         if fresh.all():
-            _copy(*self._read(sources), payload, place, lengths)
+            payload, _ = self._read(sources)                # packed as ``place`` says
         else:
+            payload = np.empty(int(lengths.sum()), self.memory.dtype)
             if fresh.any():
                 _copy(*self._read(sources[fresh]), payload, place[fresh], lengths[fresh])
             for k in np.flatnonzero(~fresh).tolist():        # read when their senders completed
@@ -372,17 +408,12 @@ class _Run:
                   at[scratch] - self.data_end, lengths[scratch])
         if not fold.any():
             return
-        # the k-th fold of each step lands in round k: within a round, targets are disjoint
         folds = np.flatnonzero(fold)
-        rows = recvs[folds]
-        step_id = self.first[t.rank[rows]] + t.step[rows]
-        new = np.ones(rows.size, bool)
-        new[1:] = step_id[1:] != step_id[:-1]
-        run_start = np.flatnonzero(new)
-        nth = np.arange(rows.size) - np.repeat(run_start, np.diff(np.append(run_start,
-                                                                            rows.size)))
-        for k in range(int(nth.max()) + 1):
+        nth = self.round[recvs[folds]]
+        for k in range(self.rounds):
             pick = folds[nth == k]
+            if not pick.size:
+                continue
             n = lengths[pick]
             mine = np.empty(int(n.sum()), memory.dtype)
             where = np.cumsum(n) - n

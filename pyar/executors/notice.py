@@ -66,6 +66,7 @@ from . import progress
 TAG = 1                     # on the Notice's own communicator: nothing else travels there
 NBYTES = 4096               # the largest notice (texts are cut to fit)
 STALL_SECONDS = 0.1         # a wait this long sends the peers what it is calling
+STALLED_AFTER_FAILURE = 1.0 # a call stalled this long after a peer failed a later one
 RECENT = 16                 # calls a Comm remembers (``recent[seq % RECENT]``) for "at" notices
 listeners: list = []
 _LIVE: weakref.WeakSet = weakref.WeakSet()
@@ -212,7 +213,7 @@ class Notice:
 
     def _failed(self, message: dict, calling: bool) -> None:
         owner = self.owner
-        if owner is not None and owner.broken is not None:
+        if owner is not None and owner.broken is not None and self.failure is None:
             return                  # this rank's own call failed already: it knows
         cls = _CLASSES.get(message["error"], errors.PyarError)
         here = ""
@@ -229,8 +230,8 @@ class Notice:
             raise error
         owner.abandon(f"a peer's call (rank {message['rank']})", error)
         if owner.seq + calling < message["seq"]:
-            self.failure = error    # not there yet (it may be waiting on another Comm)
-            return
+            self.failure = self.failure or error    # not there yet (or in a call that may
+            return                                  # still complete: see poll)
         raise error
 
     def compare(self, where) -> None:
@@ -258,7 +259,18 @@ class Notice:
         raise error
 
     def free(self) -> None:
-        """Cancel the pre-posted receive and free the duplicate (idempotent)."""
+        """Cancel the pre-posted receive and free the duplicate (idempotent; collective, as
+        :meth:`pyar.Comm.free` is)."""
+        self.retire()
+        if not MPI.Is_finalized() and self.mpi != MPI.COMM_NULL:
+            self.mpi.Free()
+
+    def retire(self) -> None:
+        """The local part of :meth:`free`: cancel the pre-posted receive, let go of the sent
+        notices' requests. What a Notice dropped without free() does (garbage collection runs
+        at different moments on different ranks, and freeing a communicator may synchronize
+        its ranks in MPICH: seen to hang the next collective), and every Notice at exit;
+        its duplicate is then left to MPI_Finalize."""
         _LIVE.discard(self)
         if MPI.Is_finalized() or self.mpi == MPI.COMM_NULL:
             return
@@ -269,9 +281,8 @@ class Notice:
             if request:
                 request.Free()
         self.sent = []
-        self.mpi.Free()
 
-    __del__ = free          # (a Comm dropped without free(): no receive left posted)
+    __del__ = retire
 
 
 def poll(waited: float) -> None:
@@ -281,6 +292,9 @@ def poll(waited: float) -> None:
     notices = list(_LIVE)
     for notice in notices:
         notice.receive()
+        if notice.failure is not None and waited >= STALLED_AFTER_FAILURE and \
+                notice.owner.busy.locked():
+            raise notice.failure    # a call there, stalled, after a peer failed a later one
     if waited >= STALL_SECONDS:
         where = None
         for notice in notices:
@@ -294,6 +308,6 @@ progress.on_stall = poll
 
 
 @atexit.register            # before mpi4py's MPI_Finalize: no receive left posted
-def _free_all() -> None:
+def _retire_all() -> None:
     for notice in list(_LIVE):
-        notice.free()
+        notice.retire()

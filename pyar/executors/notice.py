@@ -22,8 +22,10 @@ on it, each a few hundred bytes, never on a collective's hot path:
   :class:`pyar.ScheduleError`, else :class:`pyar.PyarError`) that reads
   ``"allreduce #17 on rank 0 stopped: rank 3 failed allreduce #17 on rank 3
   (ring, 4 float32): MismatchError: ..."``, its ``failed_rank`` 3;
-  otherwise its next call on that communicator raises it. A rank whose own
-  call there failed already ignores the notice.
+  otherwise its next call on that communicator raises it, or, if it is in a
+  call there that stalls for :data:`STALLED_AFTER_FAILURE` seconds, that
+  call does (the failed rank may have left it). A rank whose own call there
+  failed already ignores the notice.
 - **at**: a rank whose wait has stalled for :data:`STALL_SECONDS` posts, for
   each of its communicators once per call, its latest calls there (numbers,
   fingerprints, the calls in words: the :data:`RECENT` that ``Comm.recent``

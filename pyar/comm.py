@@ -58,14 +58,7 @@ def _agreed_check(comm: MPI.Comm, check) -> bool:
 
 def _ranks(ranks: list[int]) -> str:
     """``rank 3`` or ``ranks 0-2, 5``."""
-    runs, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            runs.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(runs)
+    return ("rank " if len(ranks) == 1 else "ranks ") + settings.ranges(ranks)
 
 
 def _free_duplicate(comm, keyval, attr):

@@ -3,17 +3,7 @@ and one line per node."""
 
 from __future__ import annotations
 
-
-def _ranks(ranks: list[int]) -> str:
-    """``0-3, 6`` for [0, 1, 2, 3, 6]."""
-    spans, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            spans.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ", ".join(spans)
+from .settings import ranges
 
 
 def summary(lines: list[list[str]], nodes: list[dict]) -> list[str]:
@@ -31,21 +21,21 @@ def summary(lines: list[list[str]], nodes: list[dict]) -> list[str]:
             if theirs != line:
                 others.setdefault(theirs, []).append(r)
         for theirs, ranks in others.items():
-            out.append(f"  rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}: {theirs}")
+            out.append(f"  rank{'s' if len(ranks) > 1 else ''} {ranges(ranks)}: {theirs}")
     extra = sorted({r for r in range(1, size) if len(lines[r]) > len(lines[0])})
     if extra:
-        out.append(f"  ranks {_ranks(extra)}: more lines than rank 0's")
+        out.append(f"  ranks {ranges(extra)}: more lines than rank 0's")
     hosts: dict[str, list[int]] = {}
     for r, facts in enumerate(nodes):
         hosts.setdefault(facts["host"], []).append(r)
     out.append(f"nodes: {len(hosts)} ({size} rank{'s' if size > 1 else ''})")
     for host, ranks in hosts.items():
-        out.append(f"node {host}: ranks {_ranks(ranks)} ({len(ranks)})")
+        out.append(f"node {host}: ranks {ranges(ranks)} ({len(ranks)})")
         seen: dict[str, list[int]] = {}
         for r in ranks:
             seen.setdefault(nodes[r]["cuda"], []).append(r)
         for cuda, which in seen.items():
             where = "" if len(seen) == 1 else \
-                f"rank{'s' if len(which) > 1 else ''} {_ranks(which)}: "
+                f"rank{'s' if len(which) > 1 else ''} {ranges(which)}: "
             out.append(f"  {where}{cuda}")
     return out

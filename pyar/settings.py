@@ -133,6 +133,18 @@ def timeout() -> float | None:
     return current().timeout
 
 
+def ranges(ranks: list[int]) -> str:
+    """``0-3, 6`` for the sorted ranks [0, 1, 2, 3, 6]."""
+    spans, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            spans.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ", ".join(spans)
+
+
 def _ranks(ranks) -> str:
     ranks = [int(r) for r in ranks]
     shown = ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)} ranks)" if len(ranks) > 8

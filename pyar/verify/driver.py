@@ -15,26 +15,23 @@ import json
 import os
 import select
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ..launch import find_mpiexec
 from . import cases as C
 
 
 
 def default_mpiexec() -> list[str]:
-    """``$MPIEXEC``, else the mpiexec installed beside this Python (the mpich wheel), else PATH's."""
-    beside = Path(sys.executable).with_name("mpiexec")
-    found = os.environ.get("MPIEXEC") or (str(beside) if beside.exists() else
-                                          shutil.which("mpiexec"))
-    if not found:
-        raise ValueError("no mpiexec found: give --mpiexec, set MPIEXEC, or install the "
-                         "mpich wheel (pip install mpich)")
-    return shlex.split(found)
+    """:func:`pyar.launch.find_mpiexec`'s command, split; ValueError if there is none."""
+    try:
+        return shlex.split(find_mpiexec())
+    except RuntimeError as e:
+        raise ValueError(f"{e}, or give --mpiexec") from None
 
 
 class Job:

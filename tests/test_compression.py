@@ -107,7 +107,8 @@ def test_topk_keeps_the_k_largest_exactly(p, ratio):
 @pytest.mark.parametrize("spec", ["int8", "topk:0.05", Cast("fp16", error_feedback=True)])
 @given(g1=grads)
 def test_error_feedback_keeps_the_residual_exactly(spec, g1):
-    """e' = (g + e) - C(g + e), in float32; the next step's input is g + e'."""
+    """e' = (g + e) - C(g + e), in float32 (0 where that is not finite: an overflow to
+    float16's inf); the next step's input is g + e'."""
     t = compression.get(spec)
     c = self_comm()
     state = t.state(g1.size)
@@ -117,8 +118,23 @@ def test_error_feedback_keeps_the_residual_exactly(spec, g1):
         p = g + state.residual
         _, decoded = t.contribution(p.copy(), 1)
         result = run(t.reduce(g, state, c))
-        assert np.array_equal(state.residual, p - decoded)
+        kept = p - decoded
+        kept[~np.isfinite(kept)] = 0
+        assert np.array_equal(state.residual, kept)
         assert result.dtype == np.float32 and result.shape == (g.size,)
+
+
+def test_an_overflow_leaves_no_residual_behind():
+    """A gradient beyond float16's range averages to inf in its step (as torch's hook gives)
+    and leaves no inf or NaN in the residual: the next step is finite again."""
+    t, c = Cast("fp16", error_feedback=True), self_comm()
+    state = t.state(3)
+    big = np.array([1.0, 1e5, -1e5], np.float32)
+    with np.errstate(over="ignore"):               # (the cast's warning: expected here)
+        first = run(t.reduce(big, state, c))
+    assert np.isinf(first[1:]).all() and np.isfinite(state.residual).all()
+    again = run(t.reduce(np.ones(3, np.float32), state, c))
+    assert np.isfinite(again).all()
 
 
 @pytest.mark.parametrize("spec", ["fp16", "bf16", "int8", "topk:0.1"])

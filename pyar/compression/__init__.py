@@ -10,7 +10,11 @@ al. 2018; Karimireddy et al. 2019) each rank keeps, per bucket, the residual
     d = C(p)             # what this rank contributes, as the others decode it
     e = p - d            # kept for the next step (exactly, in float32)
 
-so nothing is lost, only delayed. The transforms (one module each):
+so nothing is lost, only delayed. Where ``e`` would not be finite (``p``
+beyond float16's range becomes inf; an inf or NaN gradient) it is 0: the
+non-finite value reaches that step's average, as it would without feedback
+(a loss scaler skips the step), and does not stay in the residual to poison
+every later step. The transforms (one module each):
 
 =============  ==========================================  =======================================
 spec           scheme (bytes sent per rank, N ranks,        error of one rank's contribution
@@ -74,7 +78,8 @@ class Transform:
             p = p + state.residual
         payload, decoded = self.contribution(p, comm.size, feedback)
         if feedback:
-            np.subtract(p, decoded, out=state.residual)
+            residual = np.subtract(p, decoded, out=state.residual)
+            residual[~np.isfinite(residual)] = 0    # (an overflow: see the module docstring)
         return (yield from self.exchange(payload, p.size, comm, timeout))
 
     def contribution(self, p: np.ndarray, size: int, decode: bool = True):

@@ -12,9 +12,9 @@ host) completes it; ``guard(comm)`` wraps an mpi4py communicator so that an
 MPI call given a device buffer that overlaps pending work fails (a race on
 a GPU: a CUDA-aware MPI does not wait for cupy's stream). Work pending on
 other memory is no hazard, so collectives in flight may go on while the
-caller launches kernels on its own buffers, as a training loop does. What this proves: pyar.device and the executor call
-the cupy API it models in an order that keeps MPI off buffers with pending
-work, reuse their pinned buffers, and give the numpy path's results. What it
+caller launches kernels on its own buffers, as a training loop does. What
+this proves: pyar.device and the executor call the cupy API it models in an
+order that keeps MPI off buffers with pending work, reuse their pinned buffers, and give the numpy path's results. What it
 cannot prove: that real cupy behaves as modelled, that a CUDA-aware MPI takes
 these buffers, or anything about the CUDA kernels (tests/cuda_sim_check.py and
 ``make gpu-check`` cover those).
@@ -43,12 +43,13 @@ def _extent(a: np.ndarray) -> tuple[int, int]:
 
 def _launch(*arrays):
     """Work on the stream that reads or writes ``arrays`` (stand-in ndarrays)."""
-    STATE["pending"].extend(_extent(a._a) for a in arrays)
+    STATE["pending"].extend(e for e in (_extent(a._a) for a in arrays) if e[0] < e[1])
 
 
 def _racing(a) -> bool:
+    """Whether ``a`` (a stand-in ndarray) overlaps memory that pending work touches."""
     lo, hi = _extent(a._a)
-    return any(lo < h and l < hi for l, h in STATE["pending"] if l < h)
+    return lo < hi and any(lo < h and l < hi for l, h in STATE["pending"])
 
 
 class _Flags:

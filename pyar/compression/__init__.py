@@ -79,7 +79,8 @@ class Transform:
         payload, decoded = self.contribution(p, comm.size, feedback)
         if feedback:
             residual = np.subtract(p, decoded, out=state.residual)
-            residual[~np.isfinite(residual)] = 0    # (an overflow: see the module docstring)
+            if not np.isfinite(residual.sum()):     # rare (an overflow: see the docstring):
+                residual[~np.isfinite(residual)] = 0    # the masks only then
         return (yield from self.exchange(payload, p.size, comm, timeout))
 
     def contribution(self, p: np.ndarray, size: int, decode: bool = True):

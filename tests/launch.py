@@ -21,5 +21,11 @@ def run(nprocs: int, *args: str, timeout: int = 300, env=None) -> subprocess.Com
 
 
 def explain(proc: subprocess.CompletedProcess) -> str:
-    return (f"exit {proc.returncode}\n--- stdout (tail) ---\n{proc.stdout[-6000:]}"
+    """A failed run's exit status, its first failure's report (pytest's, if any: under
+    mpiexec one failure can fail every later test, so the tail alone hides the cause) and
+    the tails of its output."""
+    first = proc.stdout.find("= FAILURES =")
+    head = "" if first < 0 else \
+        f"--- stdout (first failure) ---\n{proc.stdout[first:first + 6000]}\n"
+    return (f"exit {proc.returncode}\n{head}--- stdout (tail) ---\n{proc.stdout[-6000:]}"
             f"\n--- stderr (tail) ---\n{proc.stderr[-4000:]}")

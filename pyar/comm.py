@@ -119,6 +119,7 @@ class Comm:
         self.plans: dict = {}
         self.seq = 0                # collectives called on this Comm so far
         self.recent = [(1, None)] * notice.RECENT  # [seq % RECENT]: (fingerprint, call) of each
+        self.agreed: set = set()    # of the recent calls, those that went through agree()
         fp_bits, self._seq_bits = tag_bits(self.mpi)
         self._fp_mask, self._seqs = (1 << fp_bits) - 1, (1 << self._seq_bits) - 1
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
@@ -237,6 +238,7 @@ class Comm:
         TimeoutError naming ``what``)."""
         fingerprint = zlib.crc32(call.encode())
         votes = np.array([*oks, fingerprint, -fingerprint], np.int64)
+        self._agreeing()
         request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
         try:
             progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
@@ -255,6 +257,7 @@ class Comm:
         MPI_Iallreduce of four integers (and, on a mismatch, one MPI_Allgather)."""
         fingerprint = notice.fingerprint(call)
         votes = np.array([fingerprint, -fingerprint, self.seq, -self.seq], np.int64)
+        self._agreeing()
         request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
         try:
             progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
@@ -275,6 +278,16 @@ class Comm:
         raise MismatchError(f"{what}: the ranks' calls differ (PYAR_CHECK): " + "; ".join(
             f"{_ranks(ranks)} called {text}" for text, ranks in said.items()))
         # (on every rank, before any message of the call: the Comm stays usable)
+
+    def _agreeing(self) -> None:
+        """Mark the current call (:attr:`seq`) as one the ranks agree on before any message:
+        where two ranks both did, the agreement, not their "at" notices, decides whether
+        they called alike (:meth:`~pyar.executors.notice.Notice.compare`): a notice sent
+        while it waits would otherwise turn its clean MismatchError into a mid-way one,
+        leaving the Comm unusable."""
+        if len(self.agreed) >= notice.RECENT:
+            self.agreed = {s for s in self.agreed if s > self.seq - notice.RECENT}
+        self.agreed.add(self.seq)
 
     def remember(self, key, plan):
         """Keep ``plan`` under ``key``, forgetting the oldest beyond the cache's bound."""

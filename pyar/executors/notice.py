@@ -35,7 +35,10 @@ on it, each a few hundred bytes, never on a collective's hot path:
   a *failed* notice. That diagnoses the mismatches that stall (an MPI
   message whose tag carries another call's fingerprint never matches; a rank
   that skipped a call, or called collectives in another order, waits for
-  messages that never come) at no cost until a wait has stalled.
+  messages that never come) at no cost until a wait has stalled. A call
+  that both ranks agree on before any message (a first call's agreement,
+  ``PYAR_CHECK``'s) is left to that agreement, which raises cleanly on every
+  rank and leaves the Comm usable.
 
 The Notice's communicator also carries the Comm's agreements (a first call's,
 :meth:`pyar.Comm.agree`, and ``PYAR_CHECK``'s): one that a failed call
@@ -161,7 +164,8 @@ class Notice:
         self.reported = seq
         self._post({"kind": "at", "rank": self.rank, "seq": seq, "where": where,
                     "calls": [[s, *self._mine(s)] for s in range(max(1, seq - RECENT + 1),
-                                                                 seq + 1)]})
+                                                                 seq + 1)],
+                    "agreed": sorted(self.owner.agreed)})
         self.compare(where)
 
     def _mine(self, seq: int):
@@ -239,13 +243,16 @@ class Notice:
     def compare(self, where) -> None:
         """MismatchError if a peer reported a call other than the owner's call of that number,
         compared at the lower of the two ranks' latest numbers (earlier calls completed, or
-        failed on every rank); ``where``: the caller's line, if known."""
-        seq = self.owner.seq
+        failed on every rank), unless both ranks agree on that call before any message
+        (:meth:`pyar.Comm.agree`: the agreement decides); ``where``: the caller's line, if
+        known."""
+        seq, agreed = self.owner.seq, self.owner.agreed
         odd: dict = {}          # number -> {rank: its call there, in words}
         for rank, message in self.peers.items():
             for s, theirs, call in message["calls"]:    # the latest call of one of the two
                 if s == min(seq, message["seq"]) and seq - RECENT < s and \
-                        self._mine(s)[0] != theirs:
+                        self._mine(s)[0] != theirs and \
+                        not (s in agreed and s in message["agreed"]):
                     at = f" at {message['where']}" if s == message["seq"] else ""
                     odd.setdefault(s, {})[rank] = describe(call and tuple(call)) + at
         if not odd:

@@ -15,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 from mpi4py import MPI
 
 import pyar
+from pyar.executors import notice
 from pyar.executors.mpi import RESIDENT_BYTES
 
 from checks import agree
@@ -219,6 +220,22 @@ def test_a_notice_to_a_freed_communicator_reaches_no_later_one(comm):
         error, _ = outcome(comm, lambda: pyar.allreduce(data(comm, SMALL), comm=c, timeout=30))
         agree(comm, error is None, f"a later communicator's call: {error!r}")
         c.free()
+
+
+def test_a_first_call_mismatch_stays_clean_however_late_the_ranks_arrive(comm):
+    """Ranks that disagree on a first call's count, arriving one after another: the early ones
+    stall in the call's agreement long enough to send "at" notices, which must not turn the
+    agreement's MismatchError (every rank, before any message) into a mid-way one."""
+    if comm.size < 3:
+        pytest.skip("needs an early rank's notice to reach a rank that waits in turn")
+    c = pyar.Comm(comm)
+    time.sleep(comm.rank * 3 * notice.STALL_SECONDS)
+    error, _ = outcome(comm, lambda: pyar.allgather(np.ones(5 + comm.rank % 2), comm=c))
+    agree(comm, isinstance(error, pyar.MismatchError) and "counts or roots" in str(error),
+          repr(error))
+    agree(comm, c.broken is None, f"left unusable: {c.broken}")
+    agree(comm, np.array_equal(pyar.allreduce(np.ones(3), comm=c), np.full(3, comm.size)))
+    c.free()
 
 
 def test_check_names_the_ranks_calls_and_source_lines_and_keeps_the_comm(comm):

@@ -238,16 +238,8 @@ class Comm:
         TimeoutError naming ``what``)."""
         fingerprint = zlib.crc32(call.encode())
         votes = np.array([*oks, fingerprint, -fingerprint], np.int64)
-        self._agreeing()
-        request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
-        try:
-            progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
-                f"{what or call}: waited {waited:.1f} s for the other ranks to agree on the "
-                f"call (its first with these arguments): did every rank call it?"))
-        except BaseException as e:      # the agreement is still posted: out of step now
-            progress.ABANDONED.append((request, votes))
-            self.abandon(what or call, e)
-            raise
+        self._vote(votes, deadline, what or call, "agree on the call (its first with these "
+                   "arguments)")
         return (*(int(v) for v in votes[:-2]), int(votes[-2]) == -int(votes[-1]))
 
     def check_call(self, call, deadline=None, what: str = "") -> None:
@@ -257,16 +249,7 @@ class Comm:
         MPI_Iallreduce of four integers (and, on a mismatch, one MPI_Allgather)."""
         fingerprint = notice.fingerprint(call)
         votes = np.array([fingerprint, -fingerprint, self.seq, -self.seq], np.int64)
-        self._agreeing()
-        request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
-        try:
-            progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
-                f"{what}: waited {waited:.1f} s for the other ranks to check the call "
-                f"(PYAR_CHECK): did every rank call it?"))
-        except BaseException as e:
-            progress.ABANDONED.append((request, votes))
-            self.abandon(what, e)
-            raise
+        self._vote(votes, deadline, what, "check the call (PYAR_CHECK)")
         if votes[0] == -votes[1] and votes[2] == -votes[3]:
             return
         mine = f"#{self.seq} {notice.describe(call)} at {notice.caller()}".encode()[:_WORDS]
@@ -279,15 +262,29 @@ class Comm:
             f"{_ranks(ranks)} called {text}" for text, ranks in said.items()))
         # (on every rank, before any message of the call: the Comm stays usable)
 
-    def _agreeing(self) -> None:
-        """Mark the current call (:attr:`seq`) as one the ranks agree on before any message:
-        where two ranks both did, the agreement, not their "at" notices, decides whether
-        they called alike (:meth:`~pyar.executors.notice.Notice.compare`): a notice sent
-        while it waits would otherwise turn its clean MismatchError into a mid-way one,
-        leaving the Comm unusable."""
+    def _vote(self, votes: np.ndarray, deadline, what: str, waiting: str) -> None:
+        """Collective, on the Notice's communicator: every one of ``votes`` (int64) becomes
+        its least value over the ranks, waiting until ``deadline`` at most (then a
+        TimeoutError: ``what`` waited for the other ranks to ``waiting``: did every rank
+        call it?).
+
+        The current call (:attr:`seq`) is marked as agreed on before any message: where
+        two ranks both do, the vote, not their "at" notices, decides whether they called
+        alike (:meth:`~pyar.executors.notice.Notice.compare`); a notice sent while it
+        waits would otherwise turn its clean MismatchError into a mid-way one, leaving the
+        Comm unusable."""
         if len(self.agreed) >= notice.RECENT:
             self.agreed = {s for s in self.agreed if s > self.seq - notice.RECENT}
         self.agreed.add(self.seq)
+        request = self.notice.mpi.Iallreduce(MPI.IN_PLACE, votes, MPI.MIN)
+        try:
+            progress.wait_for(request.Test, deadline, lambda waited: TimeoutError(
+                f"{what}: waited {waited:.1f} s for the other ranks to {waiting}: did every "
+                f"rank call it?"))
+        except BaseException as e:      # the vote is still posted: out of step now
+            progress.ABANDONED.append((request, votes))
+            self.abandon(what, e)
+            raise
 
     def remember(self, key, plan):
         """Keep ``plan`` under ``key``, forgetting the oldest beyond the cache's bound."""

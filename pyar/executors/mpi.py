@@ -536,7 +536,8 @@ class _ResidentStep:
                                                deadline, self.where, box.peer)
                 copies[half]()
                 marks[half][0] = mark
-            sync()
+            if sync is not None:
+                sync()
             for box, k, _, _ in self.puts:
                 box.posted[0] = call * box.m + k + 1
         requests = self.requests
@@ -550,24 +551,29 @@ class _ResidentStep:
             for status, nbytes, view, peer in self.checks:
                 if status.Get_count(_BYTE) != nbytes:
                     _check_size(status, view, peer, self.where)
-        if self.boxes:
-            for box, k, _ in self.boxes:
+        boxes = self.boxes
+        if boxes:
+            for box, k, _ in boxes:
                 if box.posted[0] <= call * box.m + k:
                     shm.await_count(box.posted, call * box.m + k + 1, deadline, self.where,
                                     box.peer)
-            sync()
-            self._check_marks(half, mark)
+            if sync is not None:
+                sync()
+            for box, _, marks in boxes:         # (_check_marks, inline)
+                if marks[half][0] != mark:
+                    raise _mismatch(self.where, box.peer, marks[half][0], mark, self.call)
         for finish in self.finishes:
             finish[half]()
-        if self.boxes:
-            sync()
-            for box, k, _ in self.boxes:
+        if boxes:
+            if sync is not None:
+                sync()
+            for box, k, _ in boxes:
                 box.taken[0] = call * box.m + k + 1
 
     def _check_marks(self, half: int, mark: int) -> None:
         """MismatchError if a message in the mailboxes is of another call than this one (its
         ``mark``: :func:`_mark`)."""
-        for box, k, marks in self.boxes:
+        for box, _, marks in self.boxes:
             if marks[half][0] != mark:
                 raise _mismatch(self.where, box.peer, marks[half][0], mark, self.call)
 
@@ -590,7 +596,8 @@ class _ResidentStep:
             marks[ctx.half][0] = ctx.mark
             ctx.put += 1
         if ctx.put > first:
-            ctx.sync()
+            if ctx.sync is not None:
+                ctx.sync()
             for box, k, _, _ in puts[first:ctx.put]:
                 box.posted[0] = call * box.m + k + 1
         return ctx.put == len(puts)
@@ -613,12 +620,14 @@ class _ResidentStep:
                 _check_size(status, view, peer, self.where)
         half = ctx.half
         if self.boxes:
-            ctx.sync()
+            if ctx.sync is not None:
+                ctx.sync()
             self._check_marks(half, ctx.mark)
         for finish in self.finishes:
             finish[half]()
         if self.boxes:
-            ctx.sync()
+            if ctx.sync is not None:
+                ctx.sync()
             call = ctx.call
             for box, k, _ in self.boxes:
                 box.taken[0] = call * box.m + k + 1

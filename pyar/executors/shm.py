@@ -145,14 +145,10 @@ class Channel:
         return 2 * _LINE + sum(2 * (_LINE + _aligned(n)) for n in sizes)
 
 
-def _no_fence() -> None:
-    """The memory barrier of a machine that needs none (x86-64)."""
-
-
 class Channels:
     """A plan's channels for one element size: ``out[peer]``, ``into[peer]`` (comm ranks), the
     calls run so far (None once unusable), and the memory barrier ``sync`` (MPI_Win_sync;
-    nothing on x86-64)."""
+    None on x86-64, which needs none)."""
 
     def __init__(self, out: dict, into: dict, sync):
         self.out, self.into, self.sync, self.calls = out, into, sync, 0
@@ -230,7 +226,7 @@ class Pool:
                for p, sizes in out.items() if theirs[self.local[p], 1] == _digest(sizes)}
         into = {p: Channel(p, mine, int(table[self.local[p], 0]), sizes)
                 for p, sizes in into.items() if theirs[self.local[p], 2] == _digest(sizes)}
-        carved = Channels(out, into, _no_fence if _ORDERED else self.win.Sync)
+        carved = Channels(out, into, None if _ORDERED else self.win.Sync)
         self.carved.append(carved)
         return carved
 

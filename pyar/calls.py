@@ -39,7 +39,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
                         x.dtype, topology=c.topology)
     reduction = None if op is None else op.reduction
     deadline = progress.deadline_of(timeout)
-    call = (record.name, "-" if op is None else op.value, x.dtype.name, count, int(root), name)
+    call = signature(record, op, x.dtype, count, root, name)
     tag = c.next_tag((notice.fingerprint(call), call))
     what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
     entry = None if c.recorder is None and progress.hook is None else recorder.enter(
@@ -55,7 +55,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
         except (ValueError, TypeError) as e:
             work, refused = None, e
         plan = None if name == LIBRARY else compiled(c, record.name, name, count, root,
-                                                     deadline, what, refused)
+                                                     deadline, what, refused, call)
         if refused is not None:
             raise refused
     except BaseException:       # before any message, as every rank learnt (agreed): the
@@ -156,31 +156,39 @@ def check_root(root, size):
         raise ValueError(f"root must be a rank in [0, {size}), got {root!r}")
 
 
+def signature(record, op, dtype, count: int, root, name: str) -> tuple:
+    """A call as the ranks compare it: (collective, op, dtype, count, root, algorithm)."""
+    return (record.name, "-" if op is None else op.value, np.dtype(dtype).name, count,
+            int(root), name)
+
+
 def compiled(c: Comm, collective: str, name: str, count: int, root: int = 0,
-             deadline=None, what: str = "", refused=None) -> Plan:
+             deadline=None, what: str = "", refused=None, call=None) -> Plan:
     """This rank's compiled plan, cached on the Comm (a re-registered name makes a new one);
-    ``refused``: the error this rank's arguments got (a first call agrees on it too)."""
+    ``refused``: the error this rank's arguments got, ``call`` the call's
+    :func:`signature` (a first call agrees on both too)."""
     build = builder(name, collective)
     key = (collective, name, build, count, int(root))
     plan = c.plans.get(key)
     if plan is None:
         plan = _compile_everywhere(c, collective, name, build, count, int(root), deadline,
-                                   what or collective, refused)
+                                   what or collective, refused, call)
         if refused is None:
             c.remember(key, plan)
     return plan
 
 
 def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline, what,
-                        refused) -> Plan | None:
+                        refused, call) -> Plan | None:
     """Compile this rank's plan and agree with the other ranks that all of them could, and
     that every rank's arguments passed their checks (``refused``: this rank's error).
 
     A plan is compiled on the first call with its arguments, on every rank
     alike if they call alike, so one small allreduce here turns a builder that
     fails on some ranks, an ``out`` refused on some ranks only, or ranks that
-    disagree on algorithm, count or root, into an error on every rank instead
-    of a hang (and a rank that does not call at all into a TimeoutError on the
+    disagree on op, dtype, algorithm, count or root (the call's ``signature``;
+    without one, the last three), into an error on every rank instead of a
+    hang (and a rank that does not call at all into a TimeoutError on the
     others, given a deadline). None if this rank's arguments were refused.
     """
     error = plan = None
@@ -191,7 +199,7 @@ def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline,
         error = e
     built, first_refused, same_call = c.agree(
         (error is None, c.size if refused is None else c.rank),
-        f"{collective}/{name}/{count}/{root}", deadline, what)
+        "/".join(map(str, call or (collective, name, count, root))), deadline, what)
     if error is not None:
         raise error
     if refused is not None:
@@ -200,8 +208,10 @@ def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline,
         raise ScheduleError(f"another rank failed to build its {name} {collective} schedule "
                             f"for count {count}; its error says why")
     if not same_call:
-        raise MismatchError(f"ranks called {collective} with different algorithms, counts or "
-                            f"roots (here: {name}, count {count}, root {root})")
+        said = f"{name}, count {count}, root {root}" if call is None else \
+            f"op {call[1]}, dtype {call[2]}, {name}, count {count}, root {root}"
+        raise MismatchError(f"ranks called {collective} with different ops, dtypes, "
+                            f"algorithms, counts or roots (here: {said})")
     if first_refused < c.size:
         raise ValueError(f"{what}: rank {first_refused}'s arguments (its out) were refused "
                          f"there; its error says why")

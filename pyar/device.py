@@ -102,7 +102,8 @@ def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblockin
         stream.synchronize()        # (the widening of half types, too) before MPI reads it
         steps, ctx, done, abandon = [step], None, None, None
     else:
-        plan = calls.compiled(c, record.name, name, count, root, deadline, what)
+        plan = calls.compiled(c, record.name, name, count, root, deadline, what, None,
+                              calls.signature(record, op, x.dtype, count, root, name))
         steps, ctx, done, abandon = cuda.execution(plan, c.mpi, tag, data, reduction,
                                                    alone=not nonblocking)
 

@@ -238,6 +238,21 @@ def test_a_first_call_mismatch_stays_clean_however_late_the_ranks_arrive(comm):
     c.free()
 
 
+@pytest.mark.parametrize("count", [SMALL, LARGE])
+def test_a_first_call_with_another_dtype_of_the_same_size_raises_before_any_message(comm,
+                                                                                   count):
+    """The first call's agreement compares the whole call, dtype and op included: a
+    same-size dtype would otherwise pass it, and its messages (their tags carry another
+    fingerprint) would never match the others'."""
+    c = pyar.Comm(comm)
+    x = data(comm, count, np.int32 if comm.rank == comm.size - 1 else np.float32)
+    error, seconds = outcome(comm, lambda: pyar.allreduce(x, comm=c))
+    agree(comm, isinstance(error, pyar.MismatchError) and "dtypes" in str(error),
+          repr(error))
+    agree(comm, c.broken is None, f"left unusable: {c.broken}")
+    c.free()
+
+
 def test_check_names_the_ranks_calls_and_source_lines_and_keeps_the_comm(comm):
     c = pyar.Comm(comm, check=True)
     x = data(comm, SMALL)

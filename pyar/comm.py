@@ -120,7 +120,7 @@ class Comm:
         self.seq = 0                # collectives called on this Comm so far
         self.recent = [(1, None)] * notice.RECENT  # [seq % RECENT]: (fingerprint, call) of each
         self.agreed: set = set()    # of the recent calls, those that went through agree()
-        fp_bits, self._seq_bits = tag_bits(self.mpi)
+        fp_bits, self._seq_bits = tag_bits()
         self._fp_mask, self._seqs = (1 << fp_bits) - 1, (1 << self._seq_bits) - 1
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
         # held by the call in progress on it (acquire(False): see enter)

@@ -80,21 +80,22 @@ def _finish(recv: _Recv, bufs, fold):
         bufs[d.buf][d.lo:d.hi] = incoming
 
 
-def tag_bits(comm: MPI.Comm) -> tuple[int, int]:
-    """(fingerprint bits, sequence bits) of pyar's tags on ``comm``: a tag is ``fingerprint
+def tag_bits() -> tuple[int, int]:
+    """(fingerprint bits, sequence bits) of pyar's tags: a tag is ``fingerprint
     << sequence bits | s``, below MPI_TAG_UB (2**29 - 1 in MPICH: 16 and 12 bits; at MPI's
     least, 32767: 6 and 8), ``s`` 0 for a :class:`Resident`'s persistent requests, else
     the call's sequence number wrapped into ``[1, 2**sequence bits)``. A message whose tag
     carries another call's fingerprint never matches: the mismatch stalls, and the stall is
-    diagnosed (:mod:`.notice`), instead of a wrong result."""
-    bits = comm.Get_attr(MPI.TAG_UB).bit_length() - 1
+    diagnosed (:mod:`.notice`), instead of a wrong result. (MPI_TAG_UB is an attribute of
+    MPI_COMM_WORLD, the same for every communicator: Open MPI gives none on a split one.)"""
+    bits = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB).bit_length() - 1
     seq = 12 if bits >= 24 else 8
     return bits - seq, seq
 
 
-def resident_tag(comm: MPI.Comm, fingerprint: int) -> int:
+def resident_tag(fingerprint: int) -> int:
     """The tag of a Resident's persistent requests for calls of ``fingerprint``."""
-    fp_bits, seq_bits = tag_bits(comm)
+    fp_bits, seq_bits = tag_bits()
     return (fingerprint & ((1 << fp_bits) - 1)) << seq_bits
 
 
@@ -670,7 +671,7 @@ class Resident:
         out = {} if channels is None else channels.out
         into = {} if channels is None else channels.into
         sent, taken = dict.fromkeys(out, 0), dict.fromkeys(into, 0)    # messages so far a call
-        tag = resident_tag(comm, notice.fingerprint(call))
+        tag = resident_tag(notice.fingerprint(call))
 
         self.steps = []
         for where, sends, recvs in plan.spans:

@@ -162,8 +162,8 @@ def signature(record, op, dtype, count: int, root, name: str) -> tuple:
             int(root), name)
 
 
-def compiled(c: Comm, collective: str, name: str, count: int, root: int = 0,
-             deadline=None, what: str = "", refused=None, call=None) -> Plan:
+def compiled(c: Comm, collective: str, name: str, count: int, root: int, deadline,
+             what: str, refused, call: tuple) -> Plan:
     """This rank's compiled plan, cached on the Comm (a re-registered name makes a new one);
     ``refused``: the error this rank's arguments got, ``call`` the call's
     :func:`signature` (a first call agrees on both too)."""
@@ -186,9 +186,8 @@ def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline,
     A plan is compiled on the first call with its arguments, on every rank
     alike if they call alike, so one small allreduce here turns a builder that
     fails on some ranks, an ``out`` refused on some ranks only, or ranks that
-    disagree on op, dtype, algorithm, count or root (the call's ``signature``;
-    without one, the last three), into an error on every rank instead of a
-    hang (and a rank that does not call at all into a TimeoutError on the
+    disagree on op, dtype, algorithm, count or root (the call's ``signature``),
+    into an error on every rank instead of a hang (and a rank that does not call at all into a TimeoutError on the
     others, given a deadline). None if this rank's arguments were refused.
     """
     error = plan = None
@@ -199,7 +198,7 @@ def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline,
         error = e
     built, first_refused, same_call = c.agree(
         (error is None, c.size if refused is None else c.rank),
-        "/".join(map(str, call or (collective, name, count, root))), deadline, what)
+        "/".join(map(str, call)), deadline, what)
     if error is not None:
         raise error
     if refused is not None:
@@ -208,10 +207,9 @@ def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline,
         raise ScheduleError(f"another rank failed to build its {name} {collective} schedule "
                             f"for count {count}; its error says why")
     if not same_call:
-        said = f"{name}, count {count}, root {root}" if call is None else \
-            f"op {call[1]}, dtype {call[2]}, {name}, count {count}, root {root}"
         raise MismatchError(f"ranks called {collective} with different ops, dtypes, "
-                            f"algorithms, counts or roots (here: {said})")
+                            f"algorithms, counts or roots (here: op {call[1]}, dtype "
+                            f"{call[2]}, {name}, count {count}, root {root})")
     if first_refused < c.size:
         raise ValueError(f"{what}: rank {first_refused}'s arguments (its out) were refused "
                          f"there; its error says why")

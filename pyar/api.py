@@ -236,8 +236,9 @@ def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, call,
               entry) -> None:
     """Keep a checked allreduce signature for :class:`_Repeat` (after its first lean call; not
     the MPI library's, which must take the same path on every rank, nor on a Comm that checks
-    every call)."""
-    if plan is None or c.check:
+    every call, nor on one made unusable meanwhile: a peer's failure heard while this call
+    still completed)."""
+    if plan is None or c.check or c.broken is not None:
         return
     if len(_repeats) >= _REPEATS_KEPT:
         _repeats.clear()

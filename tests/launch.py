@@ -1,6 +1,7 @@
 """Running commands under mpiexec from the pure test suite, always under a timeout."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,10 +23,16 @@ def run(nprocs: int, *args: str, timeout: int = 300, env=None) -> subprocess.Com
 
 def explain(proc: subprocess.CompletedProcess) -> str:
     """A failed run's exit status, its first failure's report (pytest's, if any: under
-    mpiexec one failure can fail every later test, so the tail alone hides the cause) and
-    the tails of its output."""
+    mpiexec one failure can fail every later test, so the tail alone hides the cause), every
+    rank's line for each failed test (which rank's check failed, and its message: the report
+    shows one rank's, often "fine here, failed on another rank") and the tails of its
+    output."""
     first = proc.stdout.find("= FAILURES =")
     head = "" if first < 0 else \
         f"--- stdout (first failure) ---\n{proc.stdout[first:first + 6000]}\n"
-    return (f"exit {proc.returncode}\n{head}--- stdout (tail) ---\n{proc.stdout[-6000:]}"
+    lines = re.findall(r"^.*?(FAILED \S+ - AssertionError: rank \d+: (?!fine here).*)$",
+                       proc.stdout, re.M)
+    failed = "" if not lines else \
+        "--- failed checks, every rank ---\n" + "\n".join(dict.fromkeys(lines))[:6000] + "\n"
+    return (f"exit {proc.returncode}\n{head}{failed}--- stdout (tail) ---\n{proc.stdout[-6000:]}"
             f"\n--- stderr (tail) ---\n{proc.stderr[-4000:]}")

@@ -22,10 +22,11 @@ on it, each a few hundred bytes, never on a collective's hot path:
   :class:`pyar.ScheduleError`, else :class:`pyar.PyarError`) that reads
   ``"allreduce #17 on rank 0 stopped: rank 3 failed allreduce #17 on rank 3
   (ring, 4 float32): MismatchError: ..."``, its ``failed_rank`` 3;
-  otherwise its next call on that communicator raises it, or, if it is in a
-  call there that stalls for :data:`STALLED_AFTER_FAILURE` seconds, that
-  call does (the failed rank may have left it). A rank whose own call there
-  failed already ignores the notice.
+  otherwise its next call on that communicator raises it (naming itself as
+  the call stopped), or, if it is in a call there that stalls for
+  :data:`STALLED_AFTER_FAILURE` seconds, that call does (the failed rank may
+  have left it); once, and every later call says the communicator is
+  unusable. A rank whose own call there failed already ignores the notice.
 - **at**: a rank whose wait has stalled for :data:`STALL_SECONDS` posts, for
   each of its communicators once per call, its latest calls there (numbers,
   fingerprints, the calls in words: the :data:`RECENT` that ``Comm.recent``
@@ -142,7 +143,7 @@ class Notice:
         self.sent: list = []        # (request, bytes) of notices posted, until complete
         self.reported = 0           # the owner's seq when it last sent an "at" notice
         self.peers: dict = {}       # rank -> its latest "at" notice
-        self.failure = None         # a peer's failure, for the owner's next call
+        self.failure = None         # a peer's "failed" notice, for the owner's next call
         self.lock = threading.RLock()   # one thread at a time on the request and the buffer
         _LIVE.add(self)
 
@@ -193,7 +194,7 @@ class Notice:
         arrived meanwhile at the second.) A thread that finds another receiving here leaves
         it to that one (threads calling on different communicators all poll every Notice)."""
         if calling and self.failure is not None:
-            raise self.failure
+            raise self.pending(True)
         if not self.lock.acquire(False):
             return
         try:
@@ -221,24 +222,40 @@ class Notice:
         owner = self.owner
         if owner is not None and owner.broken is not None and self.failure is None:
             return                  # this rank's own call failed already: it knows
-        cls = _CLASSES.get(message["error"], errors.PyarError)
+        if owner is None:
+            raise self._error(message, calling)
+        if not calling and owner.seq < message["seq"]:
+            self.failure = self.failure or message  # not there yet (or in a call that may
+            owner.abandon(f"a peer's call (rank {message['rank']})",    # still complete:
+                          self._error(message, None))                   # see poll)
+            return
+        error = self._error(message, calling)
+        owner.abandon(f"a peer's call (rank {message['rank']})", error)
+        raise error
+
+    def pending(self, calling: bool) -> BaseException:
+        """The peer's failure kept for the owner's next call (or its stalled one), as the
+        error that call raises; kept no longer (later calls find the owner unusable)."""
+        message, self.failure = self.failure, None
+        return self._error(message, calling)
+
+    def _error(self, message: dict, calling) -> BaseException:
+        """A peer's "failed" ``message`` as an error of its class, naming the owner's call
+        that it stops: the one it starts (``calling`` True), the latest (False), or none
+        (None)."""
+        owner = self.owner
         here = ""
         if owner is not None and calling:
             here = f"call #{owner.seq + 1} on rank {self.rank} stopped: "
-        elif owner is not None and owner.seq:
+        elif owner is not None and calling is not None and owner.seq:
             call = self._mine(owner.seq)[1]
             here = (f"{'a call' if call is None else call[0]} #{owner.seq} on rank "
                     f"{self.rank} stopped: ")
+        cls = _CLASSES.get(message["error"], errors.PyarError)
         error = cls(f"{here}rank {message['rank']} failed {message['what']}: "
                     f"{message['error']}: {message['text']}")
         error.failed_rank = message["rank"]
-        if owner is None:
-            raise error
-        owner.abandon(f"a peer's call (rank {message['rank']})", error)
-        if owner.seq + calling < message["seq"]:
-            self.failure = self.failure or error    # not there yet (or in a call that may
-            return                                  # still complete: see poll)
-        raise error
+        return error
 
     def compare(self, where) -> None:
         """MismatchError if a peer reported a call other than the owner's call of that number,
@@ -303,7 +320,8 @@ def poll(waited: float) -> None:
         notice.receive()
         if notice.failure is not None and waited >= STALLED_AFTER_FAILURE and \
                 notice.owner.busy.locked():
-            raise notice.failure    # a call there, stalled, after a peer failed a later one
+            raise notice.pending(False)     # a call there, stalled, after a peer failed
+                                            # a later one
     if waited >= STALL_SECONDS:
         where = None
         for notice in notices:

@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from mpi4py import MPI
 
 import pyar
+from pyar import library
 
 from checks import agree
 
@@ -183,6 +184,9 @@ def test_a_request_may_be_waited_for_in_another_thread(comms):
           np.array_equal(got.get("r"), total(comm.size, 0, 0, 5000)), f"{main!r} {got!r}")
 
 
+@pytest.mark.skipif(library.current().family == "openmpi", reason=(
+    "Open MPI: communicators made from several threads at once can hang in its context id "
+    "agreement (open-mpi/ompi#2025; seen at 3 ranks, 5.0.11, after the rest of tests/mpi)"))
 def test_threads_may_make_the_comms_of_their_communicators(comm):
     """The first call on a communicator makes its pyar.Comm (collectively): threads doing so
     for different communicators at once are fine."""

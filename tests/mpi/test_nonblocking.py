@@ -126,12 +126,17 @@ def test_a_wait_that_times_out_leaves_the_request_in_flight(comm):
 
 
 def test_a_dropped_request_warns_and_later_calls_are_right(comm):
+    """A request dropped before it completed warns; one complete already need not (the rank
+    that starts it last may complete it at once, its peers' messages in: seen under Open
+    MPI, whose shared-memory transport copies a large message from its sender directly)."""
     x = np.arange(50000, dtype=np.float64) + comm.rank
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pyar.iallreduce(x, algorithm="ring")            # dropped at once
+        request = pyar.iallreduce(x, algorithm="ring")
+        finished = request.done
+        del request                                     # dropped
     warned = any(issubclass(w.category, ResourceWarning) and "dropped" in str(w.message)
-                 for w in caught) or comm.size == 1
+                 for w in caught) or finished or comm.size == 1
     y = pyar.allreduce(x, algorithm="ring")
     want = np.arange(50000, dtype=np.float64) * comm.size + sum(range(comm.size))
     agree(comm, warned and np.array_equal(y, want), f"warned {warned}, {y[:3]} vs {want[:3]}")

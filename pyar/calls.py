@@ -187,8 +187,9 @@ def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline,
     alike if they call alike, so one small allreduce here turns a builder that
     fails on some ranks, an ``out`` refused on some ranks only, or ranks that
     disagree on op, dtype, algorithm, count or root (the call's ``signature``),
-    into an error on every rank instead of a hang (and a rank that does not call at all into a TimeoutError on the
-    others, given a deadline). None if this rank's arguments were refused.
+    into an error on every rank instead of a hang (and a rank that does not
+    call at all into a TimeoutError on the others, given a deadline). None if
+    this rank's arguments were refused.
     """
     error = plan = None
     try:

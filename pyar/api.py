@@ -9,7 +9,7 @@ else needs attention: no deadline, no hook, nothing in flight); a
 nonblocking one (``iallreduce`` ...) returns it as a :class:`pyar.Request`.
 ``timeout=`` (else ``PYAR_TIMEOUT``) bounds every wait of a call.
 
-Threads: a call holds its communicator's :attr:`Comm.busy` lock, so a call
+Threads: a call holds its communicator's :attr:`Comm.busy` token, so a call
 from another thread on the same communicator meanwhile raises PyarError
 (MPI's collectives on one communicator must be called in one order on
 every rank, which racing threads cannot keep); different communicators in
@@ -75,7 +75,9 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
                 progress.thread is None:        # (progress.quiet(), inline)
             c = repeat.c
             busy = c.busy
-            if not busy.acquire(False):
+            try:
+                busy.pop()                      # (c.enter, inline)
+            except IndexError:
                 c.enter("pyar.allreduce")      # raises: another thread's call is on c
             deadline = None if c.timeout is None else _monotonic() + c.timeout
             rec = c.recorder
@@ -99,7 +101,7 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
                     raise e from None
                 raise
             finally:
-                busy.release()
+                busy.append(True)               # (c.leave)
             if done is not None:
                 if rec is not None:
                     entry[5] = _clock()         # (recorder.ENDED)
@@ -214,7 +216,8 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
         from . import torch as _torch
         return _torch.collective(record, x, out, op, algorithm, comm, root, timeout,
                                  nonblocking)
-    busy = Comm.of(comm).enter(f"pyar.{record.name}")   # (another thread's call: an error)
+    c = Comm.of(comm)
+    c.enter(f"pyar.{record.name}")         # (another thread's call: an error)
     try:
         if not isinstance(x, np.ndarray):  # cupy: pyar.device
             return device.collective(record, x, out, op, algorithm, comm, root, timeout,
@@ -229,7 +232,7 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
             recorder.failed(None, e)
             raise
     finally:
-        busy.release()
+        c.leave()
 
 
 def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, call,

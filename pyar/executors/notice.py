@@ -83,7 +83,7 @@ _PYAR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def fingerprint(call) -> int:
     """The fingerprint of a call tuple ``(collective, op, dtype, count, root, algorithm)``: 31
-    bits, never 0 (a mailbox slot's mark before any call), the same on every rank; 1 for
+    bits, odd (so a mailbox half's stamp is never 0, a free half's), the same on every rank; 1 for
     None (a call that has no tuple: the device path's)."""
     if call is None:
         return 1
@@ -92,7 +92,7 @@ def fingerprint(call) -> int:
 
 def guess(fingerprint_seen: int, call):
     """The call tuple nearest ``call`` whose fingerprint is ``fingerprint_seen`` (the peer's,
-    from a mailbox slot's mark): ``call`` with another op and/or dtype; None if none is."""
+    from a mailbox half's stamp): ``call`` with another op and/or dtype; None if none is."""
     from ..ops import DTYPES, Op
 
     collective, _, _, count, root, algorithm = call
@@ -319,7 +319,7 @@ def poll(waited: float) -> None:
     for notice in notices:
         notice.receive()
         if notice.failure is not None and waited >= STALLED_AFTER_FAILURE and \
-                notice.owner.busy.locked():
+                notice.owner.in_call():
             raise notice.pending(False)     # a call there, stalled, after a peer failed
                                             # a later one
     if waited >= STALL_SECONDS:

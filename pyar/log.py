@@ -147,13 +147,10 @@ def peers_and_bytes(step, ctx) -> tuple[list[int], int, int]:
         for r in recvs:
             peers.add(r.wire.peer)
             received += (r.wire.hi - r.wire.lo) * size
-    elif hasattr(step, "puts"):     # a Resident's: mailboxes (box, k, ...), persistent requests
-        for box, k, *_ in step.puts:
-            peers.add(box.peer)
-            sent += box.slots[k][0].nbytes
-        for box, k, *_ in step.boxes:
-            peers.add(box.peer)
-            received += box.slots[k][0].nbytes
+    elif hasattr(step, "puts"):     # a Resident's: mailboxes (peer, ..., nbytes), requests
+        peers.update(entry[0] for entry in (*step.puts, *step.boxes))
+        sent += sum(put[-1] for put in step.puts)
+        received += sum(box[-1] for box in step.boxes)
         peers.update(step.peers)
         received += sum(check[1] for check in step.checks)
     return sorted(peers), sent, received

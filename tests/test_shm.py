@@ -23,17 +23,17 @@ def test_a_pool_is_made_once_aligned_and_freed_with_its_communicator(monkeypatch
     comm.Free()
 
 
-def test_a_channel_puts_each_slot_and_counter_on_its_own_cache_lines():
+def test_a_channel_puts_each_half_on_cache_lines_of_its_own_with_its_stamp_first():
     segment = np.zeros(4096, np.uint8)
     sizes = [8, 100, 64]
-    channel = shm.Channel(3, segment, 128, sizes)     # each slot: a mark's line, its bytes
-    assert channel.m == 3 and shm.Channel.bytes(sizes) == 2 * 64 + 2 * (3 * 64 + 64 + 128 + 64)
+    channel = shm.Channel(3, segment, 128, sizes)     # each half: [stamp | bytes], aligned
+    assert shm.Channel.bytes(sizes) == 2 * (64 + 128 + 128)
     starts = [half.ctypes.data - segment.ctypes.data for k in range(3)
               for half in channel.slots[k]]
-    assert starts == [320, 448, 576, 768, 960, 1088]
-    channel.marks[1][1][0] = 9
-    assert segment[704:712].view(np.int64)[0] == 9
+    assert starts == [136, 200, 264, 392, 520, 648]
     assert [len(half) for k in range(3) for half in channel.slots[k]] == [8, 8, 100, 100, 64, 64]
-    channel.posted[0], channel.taken[0] = 5, 7
-    assert segment[128:136].view(np.int64)[0] == 5 and segment[192:200].view(np.int64)[0] == 7
+    for k in range(3):
+        for h in range(2):
+            channel.stamps[k][h][0] = 10 * k + h + 1
+    assert [segment[at - 8:at].view(np.int64)[0] for at in starts] == [1, 2, 11, 12, 21, 22]
     assert channel.halves(1, np.dtype(np.float32))[1].shape == (25,)

@@ -107,7 +107,8 @@ def _complete(requests, statuses) -> None:
 
 
 def _mark(fingerprint: int, seq: int) -> int:
-    """A mailbox slot's mark: the call's fingerprint and (31 bits of) its sequence number."""
+    """A mailbox half's stamp for a call: its fingerprint and (31 bits of) its sequence
+    number (never 0, the stamp of a free half: a fingerprint is odd)."""
     return fingerprint | (seq & 0x7FFFFFFF) << 32
 
 
@@ -507,9 +508,10 @@ class _Call:
 
 
 class _ResidentStep:
-    """A step of a :class:`Resident`: mailbox sends copied out, persistent requests started,
-    then (once they are complete and the mailbox receives posted) sizes checked and every
-    fold and copy in the schedule's order, straight from the mailboxes.
+    """A step of a :class:`Resident`: mailbox sends copied out and stamped, persistent
+    requests started, then (once they are complete and the mailbox receives stamped) sizes
+    and stamps checked and every fold and copy in the schedule's order, straight from the
+    mailboxes, which it then clears (:mod:`.shm`).
 
     ``run`` is the lean path. Each request is started and waited for on its
     own: cheaper in mpi4py than MPI_Startall and MPI_Waitall on a list (0.5
@@ -522,25 +524,22 @@ class _ResidentStep:
 
     def __init__(self, where, requests, peers, received, finishes, puts, boxes, call):
         self.where, self.requests, self.peers, self.finishes = where, requests, peers, finishes
-        self.puts, self.boxes = puts, boxes     # (box, k, copies, marks), (box, k, marks)
+        self.puts, self.boxes = puts, boxes     # (peer, stamps, copies, nbytes), (peer, stamps, nbytes)
         self.call = call
         self.statuses = [MPI.Status() if i < len(received) else None
                          for i in range(len(requests))]
         self.checks = [(self.statuses[i], view.nbytes, view, peer)
                        for i, view, peer in received]
 
-    def run(self, call, half, sync, deadline, mark):
-        if self.puts:
-            for box, k, copies, marks in self.puts:     # the slot's message of two calls
-                if box.room <= (call - 2) * box.m + k:  # back taken?
-                    box.room = shm.await_count(box.taken, (call - 2) * box.m + k + 1,
-                                               deadline, self.where, box.peer)
-                copies[half]()
-                marks[half][0] = mark
+    def run(self, half, sync, deadline, mark):
+        for peer, stamps, copies, _ in self.puts:
+            stamp = stamps[half]
+            if stamp[0]:                        # its message of two calls back not taken yet
+                shm.await_stamp(stamp, True, deadline, self.where, peer)
+            copies[half]()
             if sync is not None:
                 sync()
-            for box, k, _, _ in self.puts:
-                box.posted[0] = call * box.m + k + 1
+            stamp[0] = mark
         requests = self.requests
         if requests:
             for request in requests:
@@ -554,29 +553,22 @@ class _ResidentStep:
                     _check_size(status, view, peer, self.where)
         boxes = self.boxes
         if boxes:
-            for box, k, _ in boxes:
-                if box.posted[0] <= call * box.m + k:
-                    shm.await_count(box.posted, call * box.m + k + 1, deadline, self.where,
-                                    box.peer)
+            for peer, stamps, _ in boxes:
+                seen = stamps[half][0]
+                if seen != mark:
+                    if not seen:
+                        seen = shm.await_stamp(stamps[half], False, deadline, self.where, peer)
+                    if seen != mark:
+                        raise _mismatch(self.where, peer, seen, mark, self.call)
             if sync is not None:
                 sync()
-            for box, _, marks in boxes:         # (_check_marks, inline)
-                if marks[half][0] != mark:
-                    raise _mismatch(self.where, box.peer, marks[half][0], mark, self.call)
         for finish in self.finishes:
             finish[half]()
         if boxes:
             if sync is not None:
                 sync()
-            for box, k, _ in boxes:
-                box.taken[0] = call * box.m + k + 1
-
-    def _check_marks(self, half: int, mark: int) -> None:
-        """MismatchError if a message in the mailboxes is of another call than this one (its
-        ``mark``: :func:`_mark`)."""
-        for box, _, marks in self.boxes:
-            if marks[half][0] != mark:
-                raise _mismatch(self.where, box.peer, marks[half][0], mark, self.call)
+            for _, stamps, _ in boxes:
+                stamps[half][0] = 0
 
     def start(self, ctx: _Call) -> None:
         ctx.put, ctx.complete = 0, [False] * len(self.requests)
@@ -585,23 +577,20 @@ class _ResidentStep:
             request.Start()
 
     def _put(self, ctx: _Call) -> bool:
-        """Copy out the mailbox sends whose slots are free, in order; whether all are out."""
-        call, puts, first = ctx.call, self.puts, ctx.put
+        """Copy out and stamp the mailbox sends whose halves are free, in order; whether all
+        are out."""
+        puts, half = self.puts, ctx.half
         while ctx.put < len(puts):
-            box, k, copies, marks = puts[ctx.put]
-            if box.room <= (call - 2) * box.m + k:
-                box.room = box.taken[0]
-                if box.room <= (call - 2) * box.m + k:
-                    break
-            copies[ctx.half]()
-            marks[ctx.half][0] = ctx.mark
-            ctx.put += 1
-        if ctx.put > first:
+            _, stamps, copies, _ = puts[ctx.put]
+            stamp = stamps[half]
+            if stamp[0]:
+                return False
+            copies[half]()
             if ctx.sync is not None:
                 ctx.sync()
-            for box, k, _, _ in puts[first:ctx.put]:
-                box.posted[0] = call * box.m + k + 1
-        return ctx.put == len(puts)
+            stamp[0] = ctx.mark
+            ctx.put += 1
+        return True
 
     def test(self, ctx: _Call) -> bool:
         if ctx.put < len(self.puts) and not self._put(ctx):
@@ -612,31 +601,31 @@ class _ResidentStep:
                 if not request.Test(self.statuses[i]):
                     return False
                 complete[i] = True
-        call = ctx.call
-        return all(box.posted[0] > call * box.m + k for box, k, _ in self.boxes)
+        half = ctx.half
+        return all(stamps[half][0] for _, stamps, _ in self.boxes)
 
     def finish(self, ctx: _Call) -> None:
         for status, nbytes, view, peer in self.checks:
             if status.Get_count(_BYTE) != nbytes:
                 _check_size(status, view, peer, self.where)
-        half = ctx.half
+        half, mark = ctx.half, ctx.mark
         if self.boxes:
+            for peer, stamps, _ in self.boxes:
+                if stamps[half][0] != mark:
+                    raise _mismatch(self.where, peer, stamps[half][0], mark, self.call)
             if ctx.sync is not None:
                 ctx.sync()
-            self._check_marks(half, ctx.mark)
         for finish in self.finishes:
             finish[half]()
         if self.boxes:
             if ctx.sync is not None:
                 ctx.sync()
-            call = ctx.call
-            for box, k, _ in self.boxes:
-                box.taken[0] = call * box.m + k + 1
+            for _, stamps, _ in self.boxes:
+                stamps[half][0] = 0
 
     def pending(self, ctx: _Call) -> list[int]:
-        call = ctx.call
-        peers = {box.peer for box, k, _ in self.puts[ctx.put:]}
-        peers |= {box.peer for box, k, _ in self.boxes if box.posted[0] <= call * box.m + k}
+        peers = {put[0] for put in self.puts[ctx.put:]}
+        peers |= {peer for peer, stamps, _ in self.boxes if not stamps[ctx.half][0]}
         peers |= {p for p, done in zip(self.peers, ctx.complete) if not done}
         return sorted(peers)
 
@@ -651,9 +640,9 @@ class Resident:
     and for its mailbox receives, checks the size of what came through MPI,
     then folds and copies in the schedule's order, straight from the
     mailboxes. ``call`` is the tuple of the calls it runs (collective, op,
-    dtype, count, root, algorithm): every mailbox slot sent carries its
-    fingerprint (:func:`.notice.fingerprint`), and a receiver that finds another raises
-    MismatchError; all persistent requests use its tag (:func:`resident_tag`),
+    dtype, count, root, algorithm): every mailbox message is stamped with its
+    fingerprint (:func:`.notice.fingerprint`) and number (:func:`_mark`), and a receiver
+    that finds another stamp raises MismatchError; all persistent requests use its tag (:func:`resident_tag`),
     which a message of another call never matches (the stall is diagnosed by
     :mod:`.notice`). A plan is resident by its size alone, the same on every
     rank, and messages between two ranks on pyar's private communicator match
@@ -683,7 +672,7 @@ class Resident:
                     target = bufs[end.buf][end.lo:end.hi]
                     k = taken[wire.peer]
                     taken[wire.peer] += 1
-                    boxes.append((box, k, box.marks[k]))
+                    boxes.append((wire.peer, box.stamps[k], target.nbytes))
                     finishes.append(tuple(bound_fold(target, v, reduction) if fold else
                                           _copier(target, v) for v in box.halves(k, dtype)))
                     continue
@@ -705,8 +694,8 @@ class Resident:
                     continue
                 k = sent[s.peer]
                 sent[s.peer] += 1
-                puts.append((box, k, tuple(_copier(v, view) for v in box.halves(k, dtype)),
-                             box.marks[k]))
+                puts.append((s.peer, box.stamps[k],
+                             tuple(_copier(v, view) for v in box.halves(k, dtype)), view.nbytes))
             self.steps.append(_ResidentStep(where, requests, peers, received, finishes, puts,
                                              boxes, call))
         self.fingerprint = notice.fingerprint(call)
@@ -724,12 +713,12 @@ class Resident:
         try:
             if channels is None:
                 for step in steps:
-                    step.run(0, 0, None, deadline, 0)
+                    step.run(0, None, deadline, 0)
             else:
                 half, sync = call & 1, channels.sync
                 mark = self.fingerprint | (seq & 0x7FFFFFFF) << 32     # (_mark, inline)
                 for step in steps:
-                    step.run(call, half, sync, deadline, mark)
+                    step.run(half, sync, deadline, mark)
         except BaseException:
             self.interrupted()
             raise

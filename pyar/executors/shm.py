@@ -10,24 +10,27 @@ shared window per communicator and node (:class:`Pool`,
 *channels*, one per ordered pair of ranks that the plan connects, each in
 the receiver's segment::
 
-    [posted | taken | message 0: two slots | message 1: two slots | ...]
-    slot: [mark | bytes]
+    [message 0: two halves | message 1: two halves | ...]
+    half: [stamp | bytes], from a cache line on
 
-``posted`` counts the channel's messages written (the sender writes it),
-``taken`` those read (the receiver writes it), each in a cache line of its
-own; a slot's ``mark`` (a cache line before its bytes) is the fingerprint of
-the call that wrote it (collective, op, dtype, count, root, algorithm), which
-the receiver compares with its own before it reads: several calls of one
-plan share its channels, and a same-size dtype or another op would otherwise
-be folded silently. Message ``j`` of a channel that carries ``m`` a call goes to slot
-``j mod m``, half ``(j div m) mod 2``: calls alternate halves, so a sender
-waits only until the message two calls back in that slot has been taken.
-MPI_Win_sync orders copies and counters where the processor could reorder
-them (after the copies, before posting; after seeing a message posted,
-before reading it; before taking), which x86-64 never does: its stores
-become visible in program order and its loads pass no earlier load and no
-later store, so there the counters alone suffice (each copy and counter
-access is its own C call, so no compiler reorders them either).
+A half's ``stamp`` is 0 while it is free; the sender copies a message in,
+then sets the stamp to the call's mark (``_mark`` in :mod:`pyar.executors.mpi`: the
+fingerprint of the call, its collective, op, dtype, count, root and
+algorithm, and its sequence number); the receiver waits for a stamp, compares
+it with its own call's mark (another: MismatchError, since several calls of
+one plan share its channels, and a same-size dtype or another op would
+otherwise be folded silently), folds or copies from the half in place, and
+clears the stamp. So one word per message carries the handshake and the
+check, in the cache line that its first bytes travel in. Message ``k`` of a
+call goes to half ``c mod 2`` of slot ``k`` (``c`` the plan's calls so far):
+calls alternate halves, so a sender waits only until the receiver has taken
+the message two calls back in that half.
+MPI_Win_sync orders copies and stamps where the processor could reorder
+them (after a copy, before its stamp; after seeing a stamp, before reading
+the half; before clearing it), which x86-64 never does: its stores become
+visible in program order and its loads pass no earlier load and no later
+store, so there the stamps alone suffice (each copy and stamp access is its
+own C call, so no compiler reorders them either).
 
 Carving is collective over the node (every rank does it at the same call of
 the plan, in :meth:`Pool.channels`); a plan whose channels do not fit in
@@ -57,7 +60,8 @@ from ..topology import Topology
 from . import progress
 
 POOL_BYTES = 4 << 20        # each rank's segment of a communicator's window
-_LINE = 64                  # bytes: counters and slots start on cache lines
+_LINE = 64                  # bytes: every half starts on a cache line
+_STAMP = 8                  # bytes: a half's stamp, in its first line with its first bytes
 _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store order
 PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
 _patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
@@ -73,31 +77,32 @@ def _digest(sizes: list[int]) -> int:
     return zlib.crc32(np.array(sizes, np.int64).tobytes()) + 1     # never 0: no channel
 
 
-def _counter(segment: np.ndarray, offset: int) -> memoryview:
+def _word(segment: np.ndarray, offset: int) -> memoryview:
     """The int64 at ``offset`` of ``segment``, as a memoryview (cheaper to poll than numpy)."""
     return memoryview(segment[offset:offset + 8]).cast("q")
 
 
-def await_count(counter: memoryview, value: int, deadline=None, where: str = "",
+def await_stamp(stamp: memoryview, free: bool, deadline=None, where: str = "",
                 peer: int = -1) -> int:
-    """``counter`` once it reaches ``value`` (a Resident's lean path's wait); past
-    ``deadline``, pyar.TimeoutError saying ``where`` waited for ``peer``. It polls itself
-    first (the peer is usually a moment behind: a poll here costs a third of one through
-    a function): a few times, and on a node with a core for each of its ranks for up to
+    """``stamp``'s word once it is 0 (``free``: the half's last message has been taken) or
+    once it is not (a message is in): a Resident's lean path's wait. Past ``deadline``,
+    pyar.TimeoutError saying ``where`` waited for ``peer``. It polls itself first (the
+    peer is usually a moment behind: a poll here costs a third of one through a
+    function): a few times, and on a node with a core for each of its ranks for up to
     :data:`PATIENCE` more (yielding the core to another process on a busy machine costs
     that process's whole time slice, 30 us a call and more measured), then waits in
     :func:`~.progress.wait_for`, which yields after a few polls more."""
     for _ in range(progress.SPINS):
-        if (seen := counter[0]) >= value:
+        if (not (seen := stamp[0])) is free:
             return seen
     if _patience[0]:
         until = _clock() + _patience[0]
         while _clock() < until:
             for _ in range(256):
-                if (seen := counter[0]) >= value:
+                if (not (seen := stamp[0])) is free:
                     return seen
-    progress.wait_for(lambda: counter[0] >= value, deadline, gave_up(where, peer))
-    return counter[0]
+    progress.wait_for(lambda: (not stamp[0]) is free, deadline, gave_up(where, peer))
+    return stamp[0]
 
 
 def gave_up(where: str, peer: int):
@@ -116,33 +121,30 @@ def cores_of(node: MPI.Comm) -> int:
 
 
 class Channel:
-    """One ordered pair's mailboxes in one plan: ``m`` messages a call, two slots each.
+    """One ordered pair's mailboxes in one plan: ``m`` messages a call, two halves each.
 
-    ``slots[k]`` are message k's two halves (uint8 arrays); ``calls`` on the
-    owning :class:`Channels` numbers the calls, so message k of call c is
-    ``c*m + k`` on the counters.
+    ``slots[k]`` are message k's two halves (uint8 arrays), ``stamps[k]`` their
+    stamps (a word each, in the half's first cache line, before its bytes).
     """
 
-    __slots__ = ("peer", "m", "posted", "taken", "room", "slots", "marks")
+    __slots__ = ("peer", "slots", "stamps")
 
     def __init__(self, peer: int, segment: np.ndarray, base: int, sizes: list[int]):
-        self.peer, self.m, self.room = peer, len(sizes), 0   # room: ``taken`` as last read
-        self.posted, self.taken = _counter(segment, base), _counter(segment, base + _LINE)
-        self.slots, self.marks, at = [], [], base + 2 * _LINE
+        self.peer, self.slots, self.stamps, at = peer, [], [], base
         for n in sizes:
-            step = _LINE + _aligned(n)
-            self.marks.append((_counter(segment, at), _counter(segment, at + step)))
-            at += _LINE
+            step = _aligned(_STAMP + n)
+            self.stamps.append((_word(segment, at), _word(segment, at + step)))
+            at += _STAMP
             self.slots.append((segment[at:at + n], segment[at + step:at + step + n]))
-            at += 2 * step - _LINE
+            at += 2 * step - _STAMP
 
     def halves(self, k: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-        """Message k's two slots, as arrays of ``dtype``."""
+        """Message k's two halves, as arrays of ``dtype``."""
         return tuple(half.view(dtype) for half in self.slots[k])
 
     @staticmethod
     def bytes(sizes: list[int]) -> int:
-        return 2 * _LINE + sum(2 * (_LINE + _aligned(n)) for n in sizes)
+        return sum(2 * _aligned(_STAMP + n) for n in sizes)
 
 
 class Channels:
@@ -160,7 +162,7 @@ class Pool:
     Made collectively (by :func:`pool_of`); freed collectively by :meth:`free`. It also
     finds out whether the node has a processor for each of the communicator's ranks on it
     (``cores``, ``oversubscribed``); once a pool has found its node oversubscribed, every
-    wait in :func:`await_count` yields early.
+    wait in :func:`await_stamp` yields early.
     """
 
     def __init__(self, comm: MPI.Comm, nbytes: int):
@@ -185,7 +187,7 @@ class Pool:
         self.segments = [np.frombuffer(self.win.Shared_query(n)[0], np.uint8)
                          for n in range(self.node.Get_size())]
         mine = self.segments[self.node.Get_rank()]
-        self.used = -mine.ctypes.data % _LINE   # counters never straddle a cache line
+        self.used = -mine.ctypes.data % _LINE   # stamps never straddle a cache line
         self.carved: list[Channels] = []
 
     def channels(self, spans, itemsize: int) -> Channels | None:

@@ -59,7 +59,11 @@ class Recorder:
     __slots__ = ("calls", "comm", "index", "__weakref__")
 
     def __init__(self, comm, n: int, index: int):
-        self.calls = deque(maxlen=n)
+        # full from the start, of placeholders (``[0]``: no call has number 0) that records
+        # push out: so a record made frees one, and filling the ring triggers no garbage
+        # collection (which, while the 2,000 records of the default accumulated, slowed the
+        # first size of a 2-rank bench by ~1 us a call: 8 B in place 3.3-3.7 us against 2.6)
+        self.calls = deque([[0] for _ in range(n)], maxlen=n)
         self.comm = weakref.ref(comm)
         self.index = index          # the how-manieth Comm of this process (alike on its ranks)
 
@@ -252,7 +256,7 @@ def snapshot(reason: str = "pyar.dump()", error=None) -> dict:
             continue
         comms.append({"index": rec.index, "rank": comm.rank, "size": comm.size,
                       "seq": comm.seq, "broken": comm.broken,
-                      "calls": [_record(e, now, wall) for e in list(rec.calls)]})
+                      "calls": [_record(e, now, wall) for e in list(rec.calls) if e[SEQ]]})
     return {"format": FORMAT, "rank": _job.get("rank"), "size": _job.get("size"),
             "host": socket.gethostname(), "pid": os.getpid(), "time": wall, "reason": reason,
             "error": None if error is None else str(error), "comms": comms}

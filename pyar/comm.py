@@ -140,11 +140,14 @@ class Comm:
         if self.settings.ranks_per_node:
             return Topology.regular(self.size, self.settings.ranks_per_node)
         node = self.mpi.Split_type(MPI.COMM_TYPE_SHARED)
+        first = np.array([self.rank], np.int64)     # the node's lowest rank names it
         try:
-            first = node.allreduce(self.rank, MPI.MIN)     # the node's lowest rank names it
+            node.Allreduce(MPI.IN_PLACE, first, MPI.MIN)
         finally:
             node.Free()
-        return Topology(self.mpi.allgather(first))
+        firsts = np.empty(self.size, np.int64)
+        self.mpi.Allgather(first, firsts)
+        return Topology(firsts.tolist())
 
     @classmethod
     def of(cls, comm=None) -> Comm:

@@ -64,6 +64,7 @@ import threading
 import weakref
 import zlib
 
+import numpy as np
 from mpi4py import MPI
 
 from .. import errors
@@ -135,7 +136,9 @@ class Notice:
         # This channel's name, in every message: MPI reuses a freed communicator's context,
         # so a notice posted to a rank that has freed its Comm meanwhile can land on a later
         # Notice there (seen: a sub-communicator's, raising a stranger's failure).
-        self.id = self.mpi.bcast(os.urandom(8).hex() if self.rank == 0 else None, root=0)
+        name = np.frombuffer(os.urandom(8), np.uint64).copy()
+        self.mpi.Bcast(name, 0)
+        self.id = f"{int(name[0]):016x}"
         self.owner = owner
         self.buffer = bytearray(NBYTES)
         self.status = MPI.Status()

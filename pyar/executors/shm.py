@@ -66,6 +66,7 @@ _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store ord
 PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
 _patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
 _clock = time.perf_counter
+_CPUS = 1 << 14              # processor numbers an affinity mask is read up to
 
 
 def _aligned(nbytes: int) -> int:
@@ -115,9 +116,12 @@ def gave_up(where: str, peer: int):
 def cores_of(node: MPI.Comm) -> int:
     """How many processors the ranks of ``node`` (one node's) may run on together: the
     union of their affinity masks (collective over ``node``)."""
-    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        list(range(os.cpu_count() or 1))
-    return len(set().union(*node.allgather(mine)))
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else \
+        range(os.cpu_count() or 1)
+    union = np.zeros(_CPUS, np.uint8)
+    union[[cpu for cpu in mine if cpu < _CPUS]] = 1
+    node.Allreduce(MPI.IN_PLACE, union, MPI.MAX)
+    return int(union.sum())
 
 
 class Channel:

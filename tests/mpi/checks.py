@@ -6,7 +6,7 @@ import numpy as np
 from mpi4py import MPI
 
 from pyar.library import wraps
-from pyar.ops import Op, is_float
+from pyar.ops import DTYPES, Op, is_float
 from pyar.verify import describe, library_reference, mismatches
 
 
@@ -17,6 +17,29 @@ def agree(comm, ok, message=""):
     if not flag[0]:
         raise AssertionError(f"rank {comm.rank}: {message}" if not ok else
                              f"rank {comm.rank}: fine here, failed on another rank")
+
+
+FULL_GRID_RANKS = 4     # up to this many ranks, grid tests run every dtype with every op
+
+
+def dtype_op_grid(size, ops_for):
+    """The (dtype, op) pairs a grid test runs at ``size`` ranks, ``ops_for(dtype)`` giving each
+    dtype's ops: all of them up to :data:`FULL_GRID_RANKS`; beyond (where a call costs several
+    time slices on 2 cores), each dtype once, with an op that rotates with the rank count (the
+    matrix's larger runs cover different pairs), and any op that no dtype got. What a pair
+    checks beyond the schedule (its kernel, its MPI datatype) does not depend on the rank
+    count, and the smaller runs check every pair."""
+    pairs = [(dtype, op) for dtype in DTYPES for op in ops_for(dtype)]
+    if size <= FULL_GRID_RANKS:
+        return pairs
+    chosen = [(dtype, ops_for(dtype)[(i + size) % len(ops_for(dtype))])
+              for i, dtype in enumerate(DTYPES)]
+    got = {op for _, op in chosen}
+    for dtype, op in pairs:
+        if op not in got:
+            chosen.append((dtype, op))
+            got.add(op)
+    return chosen
 
 
 def library_may_differ(algorithm, op, dtype):

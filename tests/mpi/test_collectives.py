@@ -19,7 +19,7 @@ from pyar.library import wraps
 from pyar.ops import DTYPES, HALF, Op, is_float
 from pyar.verify import describe, mismatches, sample
 
-from checks import agree
+from checks import agree, dtype_op_grid
 
 # every collective that takes data but allreduce (test_allreduce.py), built in when collected
 CASES = [(r.name, a) for r in records() if r.name != "allreduce" and r.count(1, 2) > 0
@@ -121,15 +121,13 @@ def shaped(collective, size, count):
 @pytest.mark.parametrize("collective,algorithm", CASES)
 def test_every_op_dtype_count_and_root(comm, collective, algorithm):
     roots = sorted({0, comm.size - 1}) if record_of(collective).rooted else [0]
-    for dtype in DTYPES:
-        for op in ops_for(collective, dtype):
-            for count in sorted({0, 1, comm.size - 1, 1000}):     # (a set: 1 once at 2 ranks)
-                for root in roots:
-                    shape = shaped(collective, comm.size, count)
-                    x = sample(comm.rank, int(np.prod(shape)), dtype, op,
-                               seed=count).reshape(shape)
-                    check(comm, collective, algorithm, x, op, root,
-                          f"{collective} {algorithm} {op} {dtype} count={count} root={root}")
+    for dtype, op in dtype_op_grid(comm.size, lambda dtype: ops_for(collective, dtype)):
+        for count in sorted({0, 1, comm.size - 1, 1000}):     # (a set: 1 once at 2 ranks)
+            for root in roots:
+                shape = shaped(collective, comm.size, count)
+                x = sample(comm.rank, int(np.prod(shape)), dtype, op, seed=count).reshape(shape)
+                check(comm, collective, algorithm, x, op, root,
+                      f"{collective} {algorithm} {op} {dtype} count={count} root={root}")
 
 
 BACK_TO_BACK = [("allreduce", a) for a in pyar.algorithms() if a == "mpi" or

@@ -5,7 +5,7 @@ plans' messages less shared memory (PYAR_SHM_BYTES): none, or enough for a few p
 Each run says, past pytest's capture, which rank count and setting it is running and how
 long it took (and the tests/mpi tally), so `make test` shows where it is. Each run draws
 PYAR_TEST_EXAMPLES (here PYAR_MATRIX_EXAMPLES, default 50) hypothesis examples per property,
-instead of the 150 a single `make test-mpi` run draws: ten runs at different rank counts check
+instead of the 150 a single `make test-mpi` run draws: nine runs at different rank counts check
 more than one. (CI's second matrix, under Open MPI, draws fewer: it checks another library
 under the same schedules, which the first matrix's examples check already.)"""
 
@@ -37,10 +37,11 @@ def case(nprocs, ranks_per_node=None, shm_bytes=None):
 
 
 @pytest.mark.parametrize("nprocs,ranks_per_node,shm_bytes", [
-    case(1), case(2), case(3), case(4), case(5), case(8),
+    case(1), case(2), case(3), case(5), case(8),
     case(5, 2), case(8, 3),         # emulated nodes of unequal size: 2+2+1 and 3+3+2
     case(3, shm_bytes="0"),         # no shared-memory mailboxes: small plans on MPI requests
-    case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI
+    case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI (the run
+                                    # at 4 ranks: all mailboxes is 2, 3, 5 and 8's setting)
 def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, capsys):
     env = {"PYAR_TEST_EXAMPLES": EXAMPLES}
     if ranks_per_node:

@@ -129,6 +129,7 @@ class Comm:
                                         trace_buffer is None else self.settings.trace_buffer)
         log.comm_made(self)
         trace.comm_made(self)
+        self.notice.listen()        # last: another thread's stalled wait may poll it at once
 
     on_retire: list = []    # told of every Comm freed or made unusable (caches keyed by it)
 

@@ -127,7 +127,8 @@ def caller() -> str:
 class Notice:
     """The notice channel of one communicator: ``Notice(comm)`` duplicates the mpi4py
     communicator ``comm`` (collective) and pre-posts its receive. ``owner`` is the
-    :class:`pyar.Comm` it belongs to (marked unusable when a peer's failure arrives)."""
+    :class:`pyar.Comm` it belongs to (marked unusable when a peer's failure arrives), which
+    calls :meth:`listen` once it is whole."""
 
     def __init__(self, comm: MPI.Comm, owner=None):
         self.mpi = comm.Dup()
@@ -148,6 +149,12 @@ class Notice:
         self.peers: dict = {}       # rank -> its latest "at" notice
         self.failure = None         # a peer's "failed" notice, for the owner's next call
         self.lock = threading.RLock()   # one thread at a time on the request and the buffer
+
+    def listen(self) -> None:
+        """Join the channels every stalled wait polls, in any thread (:func:`poll`): only once
+        the owner is whole, since polling reads it (a thread's wait polled a Comm another
+        thread was still making, in the matrix at 8 ranks: "'Comm' object has no attribute
+        'broken'")."""
         _LIVE.add(self)
 
     def tell(self, what: str, error: BaseException) -> None:

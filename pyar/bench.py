@@ -37,7 +37,7 @@ from mpi4py import MPI
 
 import pyar
 
-from . import ops, tuner, verify
+from . import library, ops, tuner, verify
 from .algorithms import AUTO, LIBRARY, algorithms, check_name
 from .collectives import Collective, collective as record_of, records
 from .comm import Comm
@@ -377,7 +377,7 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
         stepfactor=int(stepfactor), iters=iters, warmup=warmup, check=check,
         algorithms=[i.name for i in impls], root=ROOT if record.rooted else None,
         pyar_algo=os.environ.get("PYAR_ALGO"), pyar=pyar.__version__,
-        mpi_library=MPI.Get_library_version().strip().splitlines()[0].strip(),
+        mpi_library=library.current().description,
         mpi4py=mpi4py.__version__, numpy=np.__version__, python=sys.version.split()[0])
     say = (lambda line: print(line, file=file, flush=True)) if c.rank == 0 else (lambda _: None)
     for line in _header(config):
@@ -591,9 +591,9 @@ def plot(report: dict, path: str) -> None:
                 plt.Line2D([], [], color="gray", linestyle="--")]
     labels += ["out of place", "in place"]
     bandwidths.legend(handles, labels, fontsize=8, loc="upper left")
-    library = " ".join(config["mpi_library"].split())
+    mpi_library = " ".join(config["mpi_library"].split())
     fig.suptitle(f"pyar bench: {config['collective']}, {config['dtype']} {config['op']}, "
-                 f"{config['ranks']} ranks, {library}", fontsize=11)
+                 f"{config['ranks']} ranks, {mpi_library}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -43,7 +43,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from . import api, cost, ops
+from . import api, cost, library, ops
 from .algorithms import register_algorithm
 from .comm import Comm
 from .errors import TimeoutError
@@ -217,7 +217,7 @@ def run(quick: bool = False, comm=None):
             params = cost.Params(alpha, beta, gamma, max(0.0, per_step - alpha), eager,
                                  rendezvous, RESIDENT_BYTES)
             measured = {"ranks": size, "host": host, "same_host": int(crcs[0]) == -int(crcs[1]),
-                        "mpi": MPI.Get_library_version().strip().splitlines()[0],
+                        "mpi": library.current().description,
                         "per_call_overhead": max(0.0, per_call), "mpi_latency": latency,
                         "quick": quick,
                         "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}

@@ -265,14 +265,19 @@ def plot(data: dict, png, width: float = 12.0) -> None:
     kinds = sorted({e["name"].split(" #")[0] for e in spans if e.get("cat") == "collective"})
     colours = {k: plt.cm.tab10(i % 10) for i, k in enumerate(kinds)}
     fig, ax = plt.subplots(figsize=(width, 1.0 + 0.6 * len(ranks)))
+    bars: dict = {}             # (row, kind) -> its bars: one collection each (a call per
+    row_of = {rank: row for row, rank in enumerate(ranks)}   # bar took minutes at 10**5)
     for e in spans:
-        row = ranks.index(e["pid"])
-        start, length = e["ts"] / 1e3, max(e["dur"] / 1e3, 1e-6)
-        if e.get("cat") == "collective":
-            ax.broken_barh([(start, length)], (row - 0.4, 0.5),
-                           facecolors=colours[e["name"].split(" #")[0]])
-        elif e.get("cat") == "wait":
-            ax.broken_barh([(start, length)], (row + 0.15, 0.25), facecolors="0.35")
+        kind = e["name"].split(" #")[0] if e.get("cat") == "collective" else \
+            "wait" if e.get("cat") == "wait" else None
+        if kind is not None:
+            bars.setdefault((row_of[e["pid"]], kind), []).append(
+                (e["ts"] / 1e3, max(e["dur"] / 1e3, 1e-6)))
+    for (row, kind), ranges in bars.items():
+        if kind == "wait":
+            ax.broken_barh(ranges, (row + 0.15, 0.25), facecolors="0.35")
+        else:
+            ax.broken_barh(ranges, (row - 0.4, 0.5), facecolors=colours[kind])
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.set_ylim(-0.6, len(ranks) - 0.4)
     ax.invert_yaxis()

@@ -496,13 +496,13 @@ def _copier(dst: np.ndarray, src: np.ndarray):
 
 
 class _Call:
-    """A Resident call in flight: its number, the channels' memory barrier, and how far the
-    current step has got (puts copied out, requests complete)."""
+    """A Resident call in flight: the mailbox half it uses, its mark, the channels' memory
+    barrier, and how far the current step has got (puts copied out, requests complete)."""
 
-    __slots__ = ("call", "half", "sync", "put", "complete", "channels", "mark")
+    __slots__ = ("half", "mark", "sync", "put", "complete")
 
     def __init__(self, call, channels, mark=0):
-        self.call, self.half, self.channels, self.mark = call, call & 1, channels, mark
+        self.half, self.mark = call & 1, mark
         self.sync = None if channels is None else channels.sync
         self.put, self.complete = 0, []
 

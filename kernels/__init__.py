@@ -7,7 +7,9 @@ used, tested and benchmarked on its own. Ops are named by the strings
 Host arrays (numpy) go to Numba loops compiled on first use per dtype and
 cached on disk (:mod:`.host`); device arrays (anything with
 ``__cuda_array_interface__``, e.g. cupy) to numba.cuda grid-stride kernels on
-the caller's stream (:mod:`.device`, imported only then).
+the caller's stream (:mod:`.device`, imported only then). :mod:`.mailbox` runs
+a small call's shared-memory messages, copies and folds with these loops, as
+one native program (the executor's mailboxes).
 
 Semantics are numpy's, made commutative bit for bit (``a op b`` and ``b op a``
 have the same bits), so that algorithms in which two ranks fold the same pair
@@ -218,12 +220,13 @@ def _fill_host_table():
 def warm_up(dtypes=DTYPES, *, fresh=False, file=None):
     """Compile (or load from the cache) the host kernels for ``dtypes`` on contiguous arrays;
     ``fresh``: empty their cache first."""
-    from . import _cache, host
+    from . import _cache, host, mailbox
 
     if fresh:
-        for kernel in host.KERNELS:
+        for kernel in (*host.KERNELS, mailbox.run):
             with _cache.lock(kernel):
                 kernel._cache.flush()
+    mailbox.runner()
     for dtype in dtypes:
         dst, src = np.ones(4, dtype), np.ones(4, dtype)
         reduce_into(dst, src, "sum")

@@ -1,7 +1,7 @@
 """Run under mpiexec with NUMBA_CACHE_DIR set (tests/test_kernel_cache.py does): every rank
 compiles or loads the host kernels at the same moment, each in its own order of dtypes, checks
-every result, and rank 0 prints how often the kernels were compiled (cache misses) and loaded
-(cache hits) over all ranks."""
+every result, loads the mailbox program runner too, and rank 0 prints how often the kernels were
+compiled (cache misses) and loaded (cache hits) over all ranks."""
 
 import sys
 
@@ -9,7 +9,7 @@ import numpy as np
 from mpi4py import MPI
 
 from pyar import kernels
-from pyar.kernels import host
+from pyar.kernels import host, mailbox
 
 DTYPES = [np.dtype(t) for t in ("int32", "float32", kernels.BFLOAT16)]
 UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -30,8 +30,10 @@ def main():
             kernels.reduce_into(got, b, op)
             if got.tobytes() != expected.tobytes():
                 failures.append(f"rank {comm.rank}: {dtype} {op} wrong")
-    counts = np.array([sum(sum(k.stats.cache_misses.values()) for k in host.KERNELS),
-                       sum(sum(k.stats.cache_hits.values()) for k in host.KERNELS)])
+    mailbox.runner()
+    compiled = (*host.KERNELS, mailbox.run)
+    counts = np.array([sum(sum(k.stats.cache_misses.values()) for k in compiled),
+                       sum(sum(k.stats.cache_hits.values()) for k in compiled)])
     comm.Allreduce(MPI.IN_PLACE, counts, MPI.SUM)
     failures = [f for fs in comm.allgather(failures) for f in fs]
     if comm.rank == 0:

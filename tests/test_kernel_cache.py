@@ -3,7 +3,8 @@ kernel signature once between them, all get right results, and a second job load
 
 from launch import explain, run
 
-SIGNATURES = 3       # kernel_cache_check.py: fold_int on int32, fold_float on float32, fold_bf16
+SIGNATURES = 4       # kernel_cache_check.py: fold_int on int32, fold_float on float32, fold_bf16,
+                     # the mailbox runner
 
 
 def test_four_ranks_on_a_cold_cache(tmp_path):

@@ -9,12 +9,17 @@ on a chunk the same step sends, go through a landing buffer and take effect
 when the step ends; all others land in place. Scratch and landing buffers are
 allocated once per plan and dtype and reused.
 
-Small messages (up to :data:`RESIDENT_BYTES`) run instead on a buffer the plan
+Plans of buffers up to :data:`RESIDENT_BYTES` run instead on a buffer the plan
 owns, :class:`Resident`: every message to a rank of the same node goes
 through a shared-memory mailbox (:mod:`.shm`), every other one is a
 persistent request (``MPI_Send_init``/``MPI_Recv_init``), every fold a kernel
 bound to its views, all made once; a call copies in, runs each step, copies
-out. There a call's time is Python's, not the wire's.
+out. When every message of the plan is a mailbox one (its ranks on one
+node), the call's steps are one native program (:mod:`pyar.kernels.mailbox`):
+a single call from Python, where a small call's time is Python's, not the
+wire's; and above MPI's eager limit the mailboxes also beat MPI's own
+shared-memory transfers (BENCHMARKS.md: 128 KiB - 512 KiB in place 0.5x -
+0.8x MPI_Allreduce's time, 1.0x - 1.5x through MPI requests).
 
 A large out-of-place call runs the plan's :meth:`Plan.out_of_place` variant,
 which reads the caller's x itself where the schedule reads data that nothing
@@ -43,7 +48,7 @@ from . import notice, progress, shm
 DATA, SCRATCH, LANDING, SOURCE = 0, 1, 2, 3     # SOURCE: x, in an out-of-place variant
 _BUFFER = {"data": DATA, "scratch": SCRATCH}
 _BYTE = MPI.BYTE
-RESIDENT_BYTES = 1 << 16    # messages up to this size run on a Resident
+RESIDENT_BYTES = 1 << 20    # plans of buffers up to this size run on a Resident
 SPARES = 4                  # scratch and landing buffers a plan keeps for its next requests
 
 
@@ -488,6 +493,11 @@ class Plan:
                                     self.fold(dtype, reduction)), done, None)
 
 
+def _address(view: np.ndarray) -> int:
+    """Where ``view``'s first element is (for a native program)."""
+    return view.__array_interface__["data"][0]
+
+
 def _copier(dst: np.ndarray, src: np.ndarray):
     """``copy()``: ``dst[...] = src`` for contiguous arrays of one size, bound now (a byte
     copy between memoryviews: a fifth of the time of numpy's for small messages)."""
@@ -513,7 +523,9 @@ class _ResidentStep:
     and stamps checked and every fold and copy in the schedule's order, straight from the
     mailboxes, which it then clears (:mod:`.shm`).
 
-    ``run`` is the lean path. Each request is started and waited for on its
+    ``run`` is the lean path (of a Resident that also has MPI requests; one
+    whose messages all go through mailboxes runs its native program
+    instead). Each request is started and waited for on its
     own: cheaper in mpi4py than MPI_Startall and MPI_Waitall on a list (0.5
     against 0.8 us for a send and a receive), and as safe, since every request
     of the step is started before any wait.
@@ -654,17 +666,20 @@ class Resident:
                  data: np.ndarray | None = None, channels: shm.Channels | None = None,
                  call=None):
         self.data = np.empty(plan.count, dtype) if data is None else data
-        self.channels = channels
-        bufs = (self.data, np.empty(plan.scratch_count, dtype),
-                np.empty(plan.landing_count, dtype))
+        self.channels, self.call = channels, call
+        self.bufs = bufs = (self.data, np.empty(plan.scratch_count, dtype),
+                            np.empty(plan.landing_count, dtype))
         out = {} if channels is None else channels.out
         into = {} if channels is None else channels.into
         sent, taken = dict.fromkeys(out, 0), dict.fromkeys(into, 0)    # messages so far a call
         tag = resident_tag(notice.fingerprint(call))
+        from ..kernels import mailbox       # (Numba: loaded with the first Resident)
+        kind = 0 if reduction is None else mailbox.kind(dtype, reduction)  # a native fold's
 
-        self.steps = []
+        self.steps, rows, self.waits = [], [], []  # rows, waits: the native program's
         for where, sends, recvs in plan.spans:
             requests, peers, received, finishes, puts, boxes = [], [], [], [], [], []
+            takes = []
             for wire, dst, fold, _ in recvs:
                 box = into.get(wire.peer)
                 if box is not None:     # straight from the mailbox to where it ends
@@ -675,6 +690,9 @@ class Resident:
                     boxes.append((wire.peer, box.stamps[k], target.nbytes))
                     finishes.append(tuple(bound_fold(target, v, reduction) if fold else
                                           _copier(target, v) for v in box.halves(k, dtype)))
+                    takes.append(((mailbox.FOLD if fold else mailbox.COPY, *box.addresses[k],
+                                   _address(target), target.nbytes, kind if fold else 0),
+                                  (where, wire.peer, box.stamps[k])))
                     continue
                 view = bufs[wire.buf][wire.lo:wire.hi]
                 requests.append(comm.Recv_init([view, _BYTE], wire.peer, tag))
@@ -696,9 +714,21 @@ class Resident:
                 sent[s.peer] += 1
                 puts.append((s.peer, box.stamps[k],
                              tuple(_copier(v, view) for v in box.halves(k, dtype)), view.nbytes))
+                rows.append((mailbox.PUT, *box.addresses[k], _address(view), view.nbytes, 0))
+                self.waits.append((where, s.peer, box.stamps[k]))
+            for row, wait in takes:
+                rows.append(row)
+                self.waits.append(wait)
             self.steps.append(_ResidentStep(where, requests, peers, received, finishes, puts,
                                              boxes, call))
         self.fingerprint = notice.fingerprint(call)
+        # every message a mailbox: the whole call runs natively (kernels.mailbox)
+        self.program = None
+        if channels is not None and not any(step.requests for step in self.steps):
+            self.program = np.array(rows, np.int64).reshape(-1, mailbox.WIDTH)
+            self.address, self.rows = self.program.ctypes.data, len(rows)
+            if _native[0] is None:
+                _native[0] = mailbox.runner()
         _LIVE.add(self)
 
     def run(self, deadline=None, seq: int = 0) -> None:
@@ -715,15 +745,51 @@ class Resident:
                 for step in steps:
                     step.run(0, None, deadline, 0)
             else:
-                half, sync = call & 1, channels.sync
+                half = call & 1
                 mark = self.fingerprint | (seq & 0x7FFFFFFF) << 32     # (_mark, inline)
-                for step in steps:
-                    step.run(half, sync, deadline, mark)
+                if self.program is not None:
+                    at = _native[0](self.address, self.rows, 0, half, mark, _NATIVE_SPINS)
+                    if at != self.rows:
+                        self._resume(at, half, mark, deadline)
+                else:
+                    sync = channels.sync
+                    for step in steps:
+                        step.run(half, sync, deadline, mark)
         except BaseException:
             self.interrupted()
             raise
         if channels is not None:
             channels.calls = call + 1
+
+    def _resume(self, at: int, half: int, mark: int, deadline) -> None:
+        """Go on with the native program from row ``at``, where it stopped: waiting as
+        :func:`.shm.await_stamp` does (polling on, for a while if this rank has a core of its
+        own, then in :func:`~.progress.wait_for`, bounded by ``deadline``); another call's
+        mark is a MismatchError."""
+        native, address, rows = _native[0], self.address, self.rows
+        state = [at]
+
+        def advanced(spins=progress.SPINS) -> bool:
+            at = native(address, rows, state[0], half, mark, spins)
+            if at < 0:
+                raise self._mismatched(-1 - at, half, mark)
+            state[0] = at
+            return at == rows
+
+        if at < 0:
+            raise self._mismatched(-1 - at, half, mark)
+        if shm.patience():
+            until = _clock() + shm.patience()
+            while _clock() < until:
+                if advanced(_NATIVE_SPINS):
+                    return
+        progress.wait_for(advanced, deadline,
+                          lambda waited: shm.gave_up(*self.waits[state[0]][:2])(waited))
+
+    def _mismatched(self, row: int, half: int, mark: int) -> MismatchError:
+        """The error for the native program's ``row``, whose stamp is another call's mark."""
+        where, peer, stamps = self.waits[row]
+        return _mismatch(where, peer, stamps[half][0], mark, self.call)
 
     def execution(self, seq: int = 0):
         """(steps, ctx, done) of call number ``seq`` as :class:`~.progress.Run` drives them:
@@ -766,6 +832,9 @@ class Resident:
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()      # Residents with requests to free
+_native = [None]            # kernels.mailbox's runner, loaded with the first native program
+_NATIVE_SPINS = 1024        # polls of a stamp (~1 us) in the program before Python waits
+_clock = shm.clock
 
 
 @atexit.register            # runs before mpi4py's MPI_Finalize, a C-level exit hook

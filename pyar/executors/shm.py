@@ -30,7 +30,10 @@ them (after a copy, before its stamp; after seeing a stamp, before reading
 the half; before clearing it), which x86-64 never does: its stores become
 visible in program order and its loads pass no earlier load and no later
 store, so there the stamps alone suffice (each copy and stamp access is its
-own C call, so no compiler reorders them either).
+own C call, so no compiler reorders them either). A Resident whose messages
+all go through mailboxes runs them as one native program
+(:mod:`pyar.kernels.mailbox`), which reads stamps with acquire and writes
+them with release ordering: the same order, on any processor.
 
 Carving is collective over the node (every rank does it at the same call of
 the plan, in :meth:`Pool.channels`); a plan whose channels do not fit in
@@ -65,7 +68,7 @@ _STAMP = 8                  # bytes: a half's stamp, in its first line with its 
 _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store order
 PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
 _patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
-_clock = time.perf_counter
+clock = time.perf_counter
 _CPUS = 1 << 14              # processor numbers an affinity mask is read up to
 
 
@@ -97,13 +100,19 @@ def await_stamp(stamp: memoryview, free: bool, deadline=None, where: str = "",
         if (not (seen := stamp[0])) is free:
             return seen
     if _patience[0]:
-        until = _clock() + _patience[0]
-        while _clock() < until:
+        until = clock() + _patience[0]
+        while clock() < until:
             for _ in range(256):
                 if (not (seen := stamp[0])) is free:
                     return seen
     progress.wait_for(lambda: (not stamp[0]) is free, deadline, gave_up(where, peer))
     return stamp[0]
+
+
+def patience() -> float:
+    """Seconds a waiting rank polls before it starts to yield its core: :data:`PATIENCE`,
+    or 0 once a pool's node has turned out oversubscribed."""
+    return _patience[0]
 
 
 def gave_up(where: str, peer: int):
@@ -128,16 +137,21 @@ class Channel:
     """One ordered pair's mailboxes in one plan: ``m`` messages a call, two halves each.
 
     ``slots[k]`` are message k's two halves (uint8 arrays), ``stamps[k]`` their
-    stamps (a word each, in the half's first cache line, before its bytes).
+    stamps (a word each, in the half's first cache line, before its bytes), and
+    ``addresses[k]`` where the stamps and the halves' bytes are: (stamp0, stamp1,
+    bytes0, bytes1), for a native program (:mod:`pyar.kernels.mailbox`).
     """
 
-    __slots__ = ("peer", "slots", "stamps")
+    __slots__ = ("peer", "slots", "stamps", "addresses")
 
     def __init__(self, peer: int, segment: np.ndarray, base: int, sizes: list[int]):
-        self.peer, self.slots, self.stamps, at = peer, [], [], base
+        self.peer, self.slots, self.stamps, self.addresses = peer, [], [], []
+        origin, at = segment.ctypes.data, base
         for n in sizes:
             step = _aligned(_STAMP + n)
             self.stamps.append((_word(segment, at), _word(segment, at + step)))
+            self.addresses.append((origin + at, origin + at + step,
+                                   origin + at + _STAMP, origin + at + step + _STAMP))
             at += _STAMP
             self.slots.append((segment[at:at + n], segment[at + step:at + step + n]))
             at += 2 * step - _STAMP

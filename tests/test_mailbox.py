@@ -1,0 +1,83 @@
+"""pyar.kernels.mailbox, in one process: two programs over one channel (a sender's PUT rows and
+a receiver's FOLD or COPY rows) fold and copy as reduce_into does, and keep the stamp protocol
+of pyar.executors.shm: a wait gives up after its polls and resumes, a half is reused only once
+taken, calls alternate halves, and another call's mark is reported, not folded."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pyar.executors.shm import Channel
+from pyar.kernels import DTYPES, OPS, mailbox, reduce_into
+
+run = mailbox.runner()
+MARK, OTHER = (7 << 32) | 5, (8 << 32) | 5
+
+
+class Pair:
+    """A channel of messages of ``sizes`` bytes in a segment, with a sender's and a
+    receiver's program over it (rows built as pyar.executors.mpi.Resident builds them)."""
+
+    def __init__(self, sizes, srcs, dsts, kinds):
+        self.segment = np.zeros(4096 + sum(2 * (n + 128) for n in sizes), np.uint8)
+        base = -self.segment.ctypes.data % 64
+        self.channel = Channel(1, self.segment, base, sizes)
+        self.keep = srcs, dsts
+        self.put = np.array([(mailbox.PUT, *a, s.ctypes.data, s.nbytes, 0)
+                             for a, s in zip(self.channel.addresses, srcs)], np.int64)
+        self.take = np.array([(row, *a, d.ctypes.data, d.nbytes, k) for a, d, (row, k)
+                              in zip(self.channel.addresses, dsts, kinds)], np.int64)
+
+    def send(self, half, mark=MARK, start=0, spins=100):
+        return run(self.put.ctypes.data, len(self.put), start, half, mark, spins)
+
+    def receive(self, half, mark=MARK, start=0, spins=100):
+        return run(self.take.ctypes.data, len(self.take), start, half, mark, spins)
+
+    def stamp(self, k, half):
+        return self.channel.stamps[k][half][0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES), op=st.sampled_from(OPS),
+       n=st.integers(0, 40))
+def test_a_fold_row_is_reduce_into_on_any_bits(data, dtype, op, n):
+    bits = [np.frombuffer(data.draw(st.binary(min_size=n * dtype.itemsize,
+                                              max_size=n * dtype.itemsize)), dtype).copy()
+            for _ in range(2)]
+    src, dst = bits
+    expected = dst.copy()
+    reduce_into(expected, src, op)
+    pair = Pair([src.nbytes], [src], [dst], [(mailbox.FOLD, mailbox.kind(dtype, op))])
+    assert pair.send(0) == 1 and pair.receive(0) == 1
+    assert dst.tobytes() == expected.tobytes()
+    assert pair.stamp(0, 0) == 0
+
+
+def test_the_stamp_protocol():
+    src = [np.arange(4, dtype=np.float64), np.arange(3, dtype=np.int32)]
+    dst = [np.ones(4), np.zeros(3, np.int32)]
+    pair = Pair([32, 12], src, dst,
+                [(mailbox.FOLD, mailbox.kind(np.float64, "sum")), (mailbox.COPY, 0)])
+    assert pair.receive(0) == 0                 # nothing in: gives up at row 0, folds nothing
+    assert (dst[0] == 1).all()
+    assert pair.send(0) == 2 and pair.stamp(0, 0) == MARK and pair.stamp(1, 0) == MARK
+    assert pair.send(0) == 0                    # half 0 not taken yet: the next put waits
+    assert pair.send(1, OTHER) == 2             # the next call's half is free
+    assert pair.receive(0, OTHER) == -1         # another call's mark: reported, left there
+    assert pair.stamp(0, 0) == MARK and (dst[0] == 1).all()
+    assert pair.receive(0, start=0, spins=1) == 2
+    assert dst[0].tolist() == [1, 2, 3, 4] and dst[1].tolist() == [0, 1, 2]
+    assert pair.stamp(0, 0) == 0 and pair.stamp(1, 0) == 0
+    assert pair.receive(1, OTHER, start=1) == 2     # resumed at row 1: row 0 untouched
+    assert pair.stamp(0, 1) == OTHER and pair.stamp(1, 1) == 0
+    assert pair.receive(1, OTHER) == 1          # row 0 folded; row 1's half taken already
+    assert dst[0].tolist() == [1, 3, 5, 7] and pair.stamp(0, 1) == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kind_names_the_fold_of_every_dtype_and_op(dtype):
+    kinds = {mailbox.kind(dtype, op) for op in OPS}
+    assert len(kinds) == len(OPS)
+    with pytest.raises(ValueError):
+        mailbox.kind(dtype, "avg")

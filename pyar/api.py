@@ -65,12 +65,18 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
         The reduced array, bitwise identical on every rank.
     """
     if timeout is None:
-        try:
-            repeat = _repeats.get((x.dtype, x.shape, id(op), algorithm, id(comm), _overrides(),
-                                   _generation[0]))
+        global _last
+        repeat = _last
+        try:                # the last signature again (by identity: a third of a dict lookup)?
+            if not (x.dtype is repeat.dtype and op is repeat.op and comm is repeat.comm
+                    and algorithm is repeat.algorithm and x.shape == repeat.shape
+                    and _generation[0] == repeat.generation
+                    and _overrides() == repeat.overrides):
+                repeat = _last = _repeats.get((x.dtype, x.shape, id(op), algorithm, id(comm),
+                                               _overrides(), _generation[0]), _NO_REPEAT)
         except (AttributeError, TypeError):     # not an array, an unhashable name: checked below
-            repeat = None
-        if repeat is not None and repeat.op is op and repeat.comm is comm and \
+            repeat = _NO_REPEAT
+        if repeat is not _NO_REPEAT and repeat.op is op and repeat.comm is comm and \
                 type(x) is np.ndarray and progress.hook is None and not progress.OPEN and \
                 progress.thread is None:        # (progress.quiet(), inline)
             c = repeat.c
@@ -246,15 +252,15 @@ def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, call,
     if len(_repeats) >= _REPEATS_KEPT:
         _repeats.clear()
     plan = plan.base                # not its out-of-place variant
-    _repeats[x.dtype, x.shape, id(op), algorithm, id(comm), _overrides(), _generation[0]] = \
-        _Repeat(op, comm, c, plan, x, reduction, resolved is Op.AVG, call,
-                None if entry is None else entry[recorder.SIG])
+    repeat = _Repeat(op, algorithm, comm, c, plan, x, reduction, resolved is Op.AVG, call,
+                     None if entry is None else entry[recorder.SIG])
+    _repeats[repeat.key] = repeat
 
 
 class _Repeat:
     """An allreduce signature (dtype, shape, op, algorithm, comm, overrides) already checked
     once: a call repeating it skips the checks and lookups (a small message's time is mostly
-    Python). The op and comm objects are held, so that their ids cannot be reused, until
+    Python); a call repeating the last one found skips the lookup too (identity checks). The op and comm objects are held, so that their ids cannot be reused, until
     the communicator is freed or made unusable (:func:`_forget`).
 
     A small message runs on a :class:`Resident`: the plan's own buffer (x copied in, the
@@ -266,11 +272,16 @@ class _Repeat:
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
-                 "last", "bound", "target", "call", "entry", "sig")
+                 "last", "bound", "target", "call", "entry", "sig", "dtype", "shape",
+                 "algorithm", "overrides", "generation", "key")
 
-    def __init__(self, op, comm, c: Comm, plan: Plan, x, reduction: str, avg: bool, call,
-                 sig=None):
-        self.op, self.comm, self.c, self.plan = op, comm, c, plan
+    def __init__(self, op, algorithm, comm, c: Comm, plan: Plan, x, reduction: str,
+                 avg: bool, call, sig=None):
+        self.op, self.algorithm, self.comm, self.c, self.plan = op, algorithm, comm, c, plan
+        self.dtype, self.shape, self.overrides, self.generation = \
+            x.dtype, x.shape, _overrides(), _generation[0]
+        self.key = (x.dtype, x.shape, id(op), algorithm, id(comm), self.overrides,
+                    self.generation)        # (allreduce's lookup in _repeats)
         self.sig = sig              # the call's fingerprint, for the flight recorder
         self.reduction, self.avg = reduction, avg
         self.call = call            # as calls.build made it; and Comm.recent's entry of it
@@ -287,8 +298,8 @@ class _Repeat:
                 if not x.flags.writeable:
                     return None         # MPI would write into it all the same
             else:
-                if out.shape != x.shape or out.dtype != x.dtype:
-                    return None
+                if out.dtype is not x.dtype or out.shape != x.shape:
+                    return None     # (an equal dtype, not the same object: the full path)
                 out[...] = x
             c = self.c
             seq = c.seq = c.seq + 1
@@ -361,6 +372,9 @@ def _writable_like(out, x) -> bool:
 
 _repeats: dict = {}
 _REPEATS_KEPT = 256
+_NO_REPEAT = _Repeat.__new__(_Repeat)      # matches no call
+_NO_REPEAT.dtype = _NO_REPEAT.op = None
+_last = _NO_REPEAT          # the signature found last (a call repeating it skips the lookup)
 _overrides = tuner.overrides
 _RECENT = notice.RECENT
 _monotonic = time.monotonic
@@ -370,8 +384,10 @@ _getframe = sys._getframe
 
 def _forget(c: Comm) -> None:
     """Drop the remembered signatures of ``c`` (freed, or unusable)."""
+    global _last
     for key in [k for k, repeat in _repeats.items() if repeat.c is c]:
         del _repeats[key]
+    _last = _NO_REPEAT
 
 
 Comm.on_retire.append(_forget)

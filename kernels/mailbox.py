@@ -2,9 +2,11 @@
 
 A program is a C-contiguous int64 table of :data:`WIDTH` columns, a row per
 message in the order one rank's call makes them, over memory that the caller
-keeps alive (absolute addresses). Each message has two *halves* (a call uses
-half ``half``, the next call the other), each with a *stamp* word: 0 while
-the half is free, else the mark of the call whose message is in it::
+keeps alive (absolute addresses). Each message has two *halves* (the program's
+call number ``c`` uses half ``c & 1``), each with a *stamp* word: 0 while the
+half is free, else the *mark* of the call whose message is in it (its
+fingerprint, odd, and its sequence number: ``fingerprint | (seq & 0x7FFFFFFF)
+<< 32``, never 0)::
 
     PUT   (PUT,  stamp0, stamp1, box0, box1, src, nbytes, 0)
           wait until stamp[half] is 0; copy nbytes from src to box[half];
@@ -123,9 +125,12 @@ def _fold(dst, src, nbytes, kind):
 
 
 @njit(cache=True)      # (holding the GIL: releasing and taking it back costs 0.2 us)
-def run(program, rows, start, half, mark, spins):
-    """Run the rows ``start`` ... of the program at address ``program`` (see the module);
-    ``rows`` when done, else where it stopped (``-1 - row``: another call's mark)."""
+def run(program, rows, start, call, fingerprint, seq, spins):
+    """Run the rows ``start`` ... of the program at address ``program`` (see the module) for
+    a program's call number ``call`` (its half: ``call & 1``), with the mark ``fingerprint |
+    (seq & 0x7FFFFFFF) << 32``; ``rows`` when done, else where it stopped (``-1 - row``:
+    another call's mark)."""
+    half, mark = call & 1, fingerprint | (seq & 0x7FFFFFFF) << 32
     table = carray(_pointer(program), (rows, WIDTH), np.int64)
     for row in range(start, rows):
         kind, stamp = table[row, 0], table[row, 1 + half]
@@ -168,8 +173,8 @@ def runner():
     """:func:`run`'s machine code for int arguments, called without the dispatcher's type
     checks (compiled, or loaded from the cache, now)."""
     table = np.zeros((1, WIDTH), np.int64)
-    run(table.ctypes.data, 0, 0, 0, 0, 1)
+    run(table.ctypes.data, 0, 0, 0, 1, 0, 1)
     try:
-        return run.overloads[(types.int64,) * 6].entry_point
+        return run.overloads[(types.int64,) * 7].entry_point
     except (AttributeError, KeyError):
         return run

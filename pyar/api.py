@@ -76,9 +76,8 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
                                                _overrides(), _generation[0]), _NO_REPEAT)
         except (AttributeError, TypeError):     # not an array, an unhashable name: checked below
             repeat = _NO_REPEAT
-        if repeat is not _NO_REPEAT and repeat.op is op and repeat.comm is comm and \
-                type(x) is np.ndarray and progress.hook is None and not progress.OPEN and \
-                progress.thread is None:        # (progress.quiet(), inline)
+        if repeat is not _NO_REPEAT and type(x) is np.ndarray and progress.hook is None and \
+                not progress.OPEN and progress.thread is None:  # (progress.quiet(), inline)
             c = repeat.c
             busy = c.busy
             try:

@@ -11,7 +11,8 @@ from pyar.executors.shm import Channel
 from pyar.kernels import DTYPES, OPS, mailbox, reduce_into
 
 run = mailbox.runner()
-MARK, OTHER = (7 << 32) | 5, (8 << 32) | 5
+FINGERPRINT = 5
+MARK, OTHER = (7 << 32) | FINGERPRINT, (8 << 32) | FINGERPRINT    # calls number 7 and 8
 
 
 class Pair:
@@ -29,10 +30,12 @@ class Pair:
                               in zip(self.channel.addresses, dsts, kinds)], np.int64)
 
     def send(self, half, mark=MARK, start=0, spins=100):
-        return run(self.put.ctypes.data, len(self.put), start, half, mark, spins)
+        return run(self.put.ctypes.data, len(self.put), start, half, FINGERPRINT, mark >> 32,
+                   spins)
 
     def receive(self, half, mark=MARK, start=0, spins=100):
-        return run(self.take.ctypes.data, len(self.take), start, half, mark, spins)
+        return run(self.take.ctypes.data, len(self.take), start, half, FINGERPRINT,
+                   mark >> 32, spins)
 
     def stamp(self, k, half):
         return self.channel.stamps[k][half][0]

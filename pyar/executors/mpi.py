@@ -48,7 +48,7 @@ from . import notice, progress, shm
 DATA, SCRATCH, LANDING, SOURCE = 0, 1, 2, 3     # SOURCE: x, in an out-of-place variant
 _BUFFER = {"data": DATA, "scratch": SCRATCH}
 _BYTE = MPI.BYTE
-RESIDENT_BYTES = 1 << 20    # plans of buffers up to this size run on a Resident
+RESIDENT_BYTES = 1 << 19    # plans of buffers up to this size run on a Resident
 SPARES = 4                  # scratch and landing buffers a plan keeps for its next requests
 
 
@@ -113,7 +113,8 @@ def _complete(requests, statuses) -> None:
 
 def _mark(fingerprint: int, seq: int) -> int:
     """A mailbox half's stamp for a call: its fingerprint and (31 bits of) its sequence
-    number (never 0, the stamp of a free half: a fingerprint is odd)."""
+    number (never 0, the stamp of a free half: a fingerprint is odd); as a native program
+    makes it (:mod:`pyar.kernels.mailbox`)."""
     return fingerprint | (seq & 0x7FFFFFFF) << 32
 
 
@@ -744,40 +745,41 @@ class Resident:
             if channels is None:
                 for step in steps:
                     step.run(0, None, deadline, 0)
+            elif self.program is not None:      # (the program makes the mark: _mark)
+                at = _native[0](self.address, self.rows, 0, call, self.fingerprint, seq,
+                                _NATIVE_SPINS)
+                if at != self.rows:
+                    self._resume(at, call, seq, deadline)
             else:
-                half = call & 1
+                half, sync = call & 1, channels.sync
                 mark = self.fingerprint | (seq & 0x7FFFFFFF) << 32     # (_mark, inline)
-                if self.program is not None:
-                    at = _native[0](self.address, self.rows, 0, half, mark, _NATIVE_SPINS)
-                    if at != self.rows:
-                        self._resume(at, half, mark, deadline)
-                else:
-                    sync = channels.sync
-                    for step in steps:
-                        step.run(half, sync, deadline, mark)
+                for step in steps:
+                    step.run(half, sync, deadline, mark)
         except BaseException:
             self.interrupted()
             raise
         if channels is not None:
             channels.calls = call + 1
 
-    def _resume(self, at: int, half: int, mark: int, deadline) -> None:
-        """Go on with the native program from row ``at``, where it stopped: waiting as
+    def _resume(self, at: int, call: int, seq: int, deadline) -> None:
+        """Go on with the native program of ``call`` (the program's number) number ``seq``
+        (the communicator's) from row ``at``, where it stopped: waiting as
         :func:`.shm.await_stamp` does (polling on, for a while if this rank has a core of its
         own, then in :func:`~.progress.wait_for`, bounded by ``deadline``); another call's
         mark is a MismatchError."""
-        native, address, rows = _native[0], self.address, self.rows
+        native, address, rows, fingerprint = _native[0], self.address, self.rows, \
+            self.fingerprint
         state = [at]
 
         def advanced(spins=progress.SPINS) -> bool:
-            at = native(address, rows, state[0], half, mark, spins)
+            at = native(address, rows, state[0], call, fingerprint, seq, spins)
             if at < 0:
-                raise self._mismatched(-1 - at, half, mark)
+                raise self._mismatched(-1 - at, call, seq)
             state[0] = at
             return at == rows
 
         if at < 0:
-            raise self._mismatched(-1 - at, half, mark)
+            raise self._mismatched(-1 - at, call, seq)
         if shm.patience():
             until = _clock() + shm.patience()
             while _clock() < until:
@@ -786,10 +788,11 @@ class Resident:
         progress.wait_for(advanced, deadline,
                           lambda waited: shm.gave_up(*self.waits[state[0]][:2])(waited))
 
-    def _mismatched(self, row: int, half: int, mark: int) -> MismatchError:
+    def _mismatched(self, row: int, call: int, seq: int) -> MismatchError:
         """The error for the native program's ``row``, whose stamp is another call's mark."""
         where, peer, stamps = self.waits[row]
-        return _mismatch(where, peer, stamps[half][0], mark, self.call)
+        return _mismatch(where, peer, stamps[call & 1][0], _mark(self.fingerprint, seq),
+                         self.call)
 
     def execution(self, seq: int = 0):
         """(steps, ctx, done) of call number ``seq`` as :class:`~.progress.Run` drives them:

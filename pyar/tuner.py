@@ -46,6 +46,7 @@ from . import collectives, cost
 from .algorithms import (AUTO, LIBRARY, algorithm as registered, algorithms, check_name,
                          generation)
 from .errors import ScheduleError
+from .executors.mpi import RESIDENT_BYTES
 
 FORMAT = "pyar-tuning/1"
 
@@ -60,7 +61,7 @@ FORMAT = "pyar-tuning/1"
 # machine.
 DEFAULTS = cost.Params(
     alpha=2.26e-6, beta=8.54e-11, delta=1.65e-6, eager=8078, rendezvous=2.40e-6,
-    resident=65536,
+    resident=RESIDENT_BYTES,        # (the executor's, not measured)
     gamma={"int8": 3.32e-11, "int16": 3.16e-11, "int32": 3.27e-11, "int64": 3.78e-11,
            "uint8": 3.87e-11, "uint16": 3.78e-11, "uint32": 3.48e-11, "uint64": 3.59e-11,
            "float16": 2.72e-10, "bfloat16": 1.18e-10, "float32": 3.40e-11, "float64": 3.45e-11})

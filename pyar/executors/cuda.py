@@ -19,7 +19,7 @@ scratch and landing buffers are allocated on the device (once per plan and
 dtype, freed with the plan), folds run as CUDA kernels on cupy's current
 stream (:mod:`pyar.kernels.device`), and that stream is synchronized before
 the first step and after every step, so MPI never reads a buffer a kernel is
-still writing. A plan of at most RESIDENT_BYTES runs
+still writing. A plan of at most :data:`HOST_BYTES` runs
 instead on its Resident in host memory, as a host rank runs it (its messages
 within a node go through shared memory, which a device buffer cannot join).
 """
@@ -39,6 +39,9 @@ from ..kernels import reduce_into
 from .mpi import Context
 
 ENV = "PYAR_CUDA_AWARE"
+# Device plans up to this size run on the host Resident (two PCIe copies a call): chosen when
+# the host's RESIDENT_BYTES was 64 KiB; not measured on a GPU beyond it, so it stays there
+HOST_BYTES = 1 << 16
 _KINDS_KEY = "mpi_memory_alloc_kinds"
 
 
@@ -123,13 +126,15 @@ def execution(plan, comm, tag: int, data, reduction, alone: bool = True):
     a 1-D contiguous cupy array of ``schedule.count`` elements, as :meth:`.mpi.Plan.execution`
     gives them for host arrays: device scratch and landing buffers (the plan's, or with
     ``alone`` False of the call's own), folds as CUDA kernels on cupy's current stream,
-    which is synchronized now and after every step. A blocking call of a plan small enough
-    for a :class:`~.mpi.Resident` runs on one in host memory, as a host rank runs it (its
+    which is synchronized now and after every step. A blocking call of a plan of at most
+    :data:`HOST_BYTES` runs on its :class:`~.mpi.Resident` in host memory, as a host rank runs it (its
     messages may go through shared memory, which MPI does not see)."""
     cupy = sys.modules["cupy"]
     stream = cupy.cuda.get_current_stream()
     if alone:
-        resident = plan.resident(comm, np.dtype(data.dtype), reduction)
+        dtype = np.dtype(data.dtype)
+        resident = (plan.resident(comm, dtype, reduction)
+                    if plan.count * dtype.itemsize <= HOST_BYTES else None)
         if resident is not None:
             cupy.asnumpy(data, out=resident.data)       # waits for the stream
             steps, ctx, end = resident.execution()

@@ -32,7 +32,7 @@ that it replaces took several times that (BENCHMARKS.md).
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, njit, types
+from numba import carray, literal_unroll, njit, types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
@@ -47,6 +47,7 @@ WIDTH = 8
 _L = loops(njit, njit, *bitcasts(intrinsic))
 _fold_int, _fold_float, _fold_f16, _fold_bf16 = _L.fold_int, _L.fold_float, _L.fold_f16, _L.fold_bf16
 _I64 = ir.IntType(64)
+_INTEGERS = tuple(d.type for d in DTYPES[:8])      # DTYPES' integer types, in its order
 
 
 @intrinsic
@@ -87,41 +88,32 @@ def _copy(typingctx, dst, src, nbytes):
 
 
 @njit(inline="always")
+def _as(address, n, dtype):
+    """``n`` elements of ``dtype`` at ``address``, as an array."""
+    return carray(_pointer(address), n, dtype)
+
+
+@njit(inline="always")
 def _fold(dst, src, nbytes, kind):
-    """``dst = dst op src`` over nbytes at two addresses; kind = type * 4 + op."""
+    """``dst = dst op src`` over nbytes at two addresses; kind = type * 4 + op (types in
+    DTYPES' order: int8 ... uint64, float16, bfloat16, float32, float64)."""
     op, t = kind & 3, kind >> 2
-    a, b = _pointer(dst), _pointer(src)
-    if t == 0:
-        _fold_int(carray(a, nbytes, np.int8), carray(b, nbytes, np.int8), op, 0, 1)
-    elif t == 1:
-        _fold_int(carray(a, nbytes >> 1, np.int16), carray(b, nbytes >> 1, np.int16), op, 0, 1)
-    elif t == 2:
-        _fold_int(carray(a, nbytes >> 2, np.int32), carray(b, nbytes >> 2, np.int32), op, 0, 1)
-    elif t == 3:
-        _fold_int(carray(a, nbytes >> 3, np.int64), carray(b, nbytes >> 3, np.int64), op, 0, 1)
-    elif t == 4:
-        _fold_int(carray(a, nbytes, np.uint8), carray(b, nbytes, np.uint8), op, 0, 1)
-    elif t == 5:
-        _fold_int(carray(a, nbytes >> 1, np.uint16), carray(b, nbytes >> 1, np.uint16), op,
-                  0, 1)
-    elif t == 6:
-        _fold_int(carray(a, nbytes >> 2, np.uint32), carray(b, nbytes >> 2, np.uint32), op,
-                  0, 1)
-    elif t == 7:
-        _fold_int(carray(a, nbytes >> 3, np.uint64), carray(b, nbytes >> 3, np.uint64), op,
-                  0, 1)
+    if t < 8:       # integers: 1, 2, 4, 8 bytes, signed, then unsigned
+        n, k = nbytes >> (t & 3), 0
+        for dtype in literal_unroll(_INTEGERS):
+            if k == t:
+                _fold_int(_as(dst, n, dtype), _as(src, n, dtype), op, 0, 1)
+            k += 1
     elif t == 8:
-        _fold_f16(carray(a, nbytes >> 1, np.uint16), carray(b, nbytes >> 1, np.uint16), op,
-                  0, 1)
+        _fold_f16(_as(dst, nbytes >> 1, np.uint16), _as(src, nbytes >> 1, np.uint16), op, 0, 1)
     elif t == 9:
-        _fold_bf16(carray(a, nbytes >> 1, np.uint16), carray(b, nbytes >> 1, np.uint16), op,
-                   0, 1)
+        _fold_bf16(_as(dst, nbytes >> 1, np.uint16), _as(src, nbytes >> 1, np.uint16), op, 0, 1)
     elif t == 10:
-        _fold_float(carray(a, nbytes >> 2, np.float32), carray(b, nbytes >> 2, np.float32),
-                    op, np.float32(np.nan), 0, 1)
+        _fold_float(_as(dst, nbytes >> 2, np.float32), _as(src, nbytes >> 2, np.float32), op,
+                    np.float32(np.nan), 0, 1)
     else:
-        _fold_float(carray(a, nbytes >> 3, np.float64), carray(b, nbytes >> 3, np.float64),
-                    op, np.float64(np.nan), 0, 1)
+        _fold_float(_as(dst, nbytes >> 3, np.float64), _as(src, nbytes >> 3, np.float64), op,
+                    np.float64(np.nan), 0, 1)
 
 
 @njit(cache=True)      # (holding the GIL: releasing and taking it back costs 0.2 us)

@@ -728,6 +728,9 @@ class Resident:
         if channels is not None and not any(step.requests for step in self.steps):
             self.program = np.array(rows, np.int64).reshape(-1, mailbox.WIDTH)
             self.address, self.rows = self.program.ctypes.data, len(rows)
+            # polls before Python takes a wait over: few on an oversubscribed node, where
+            # they hold the core that the awaited rank needs
+            self.spins = _NATIVE_SPINS if shm.patience() else 1
             if _native[0] is None:
                 _native[0] = mailbox.runner()
         _LIVE.add(self)
@@ -747,7 +750,7 @@ class Resident:
                     step.run(0, None, deadline, 0)
             elif self.program is not None:      # (the program makes the mark: _mark)
                 at = _native[0](self.address, self.rows, 0, call, self.fingerprint, seq,
-                                _NATIVE_SPINS)
+                                self.spins)
                 if at != self.rows:
                     self._resume(at, call, seq, deadline)
             else:
@@ -771,7 +774,7 @@ class Resident:
             self.fingerprint
         state = [at]
 
-        def advanced(spins=progress.SPINS) -> bool:
+        def advanced(spins=1) -> bool:     # (wait_for polls, and yields)
             at = native(address, rows, state[0], call, fingerprint, seq, spins)
             if at < 0:
                 raise self._mismatched(-1 - at, call, seq)

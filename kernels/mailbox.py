@@ -45,7 +45,8 @@ PUT, FOLD, COPY = range(3)
 WIDTH = 8
 
 _L = loops(njit, njit, *bitcasts(intrinsic))
-_fold_int, _fold_float, _fold_f16, _fold_bf16 = _L.fold_int, _L.fold_float, _L.fold_f16, _L.fold_bf16
+_fold_int, _fold_float = _L.fold_int, _L.fold_float
+_fold_f16, _fold_bf16 = _L.fold_f16, _L.fold_bf16
 _I64 = ir.IntType(64)
 _INTEGERS = tuple(d.type for d in DTYPES[:8])      # DTYPES' integer types, in its order
 

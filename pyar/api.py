@@ -253,34 +253,35 @@ def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, call,
     plan = plan.base                # not its out-of-place variant
     repeat = _Repeat(op, algorithm, comm, c, plan, x, reduction, resolved is Op.AVG, call,
                      None if entry is None else entry[recorder.SIG])
-    _repeats[repeat.key] = repeat
+    _repeats[x.dtype, x.shape, id(op), algorithm, id(comm), repeat.overrides,
+             repeat.generation] = repeat            # (allreduce's key)
 
 
 class _Repeat:
     """An allreduce signature (dtype, shape, op, algorithm, comm, overrides) already checked
     once: a call repeating it skips the checks and lookups (a small message's time is mostly
-    Python); a call repeating the last one found skips the lookup too (identity checks). The op and comm objects are held, so that their ids cannot be reused, until
-    the communicator is freed or made unusable (:func:`_forget`).
+    Python); a call repeating the last one found skips the lookup too (identity checks).
+    The op and comm objects are held, so that their ids cannot be reused, until the
+    communicator is freed or made unusable (:func:`_forget`).
 
-    A small message runs on a :class:`Resident`: the plan's own buffer (x copied in, the
-    result out), or, once the same ``out`` array comes twice in a row, one bound to that
-    array itself, as MPI's persistent collectives bind theirs (x copied in, or nothing
-    when in place). The bound array is held until another one is bound. A large one out
-    of place runs the plan's out-of-place variant, which reads x itself. Only the lean
-    paths: anything else (a deadline, a hook, requests in flight) takes the full path.
+    A plan of up to RESIDENT_BYTES runs on a :class:`Resident`: the plan's own buffer (x
+    copied in, the result out), or, once the same ``out`` array comes twice in a row, one
+    bound to that array itself, as MPI's persistent collectives bind theirs (x copied in,
+    or nothing when in place). The bound array is held until another one is bound. A
+    larger one out of place runs the plan's out-of-place variant, which reads x itself.
+    Only the lean paths: anything else (a deadline, a hook, requests in flight) takes the
+    full path.
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
                  "last", "bound", "target", "call", "entry", "sig", "dtype", "shape",
-                 "algorithm", "overrides", "generation", "key")
+                 "algorithm", "overrides", "generation")
 
     def __init__(self, op, algorithm, comm, c: Comm, plan: Plan, x, reduction: str,
                  avg: bool, call, sig=None):
         self.op, self.algorithm, self.comm, self.c, self.plan = op, algorithm, comm, c, plan
         self.dtype, self.shape, self.overrides, self.generation = \
-            x.dtype, x.shape, _overrides(), _generation[0]
-        self.key = (x.dtype, x.shape, id(op), algorithm, id(comm), self.overrides,
-                    self.generation)        # (allreduce's lookup in _repeats)
+            x.dtype, x.shape, _overrides(), _generation[0]      # (allreduce's checks)
         self.sig = sig              # the call's fingerprint, for the flight recorder
         self.reduction, self.avg = reduction, avg
         self.call = call            # as calls.build made it; and Comm.recent's entry of it

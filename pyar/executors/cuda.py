@@ -127,8 +127,8 @@ def execution(plan, comm, tag: int, data, reduction, alone: bool = True):
     gives them for host arrays: device scratch and landing buffers (the plan's, or with
     ``alone`` False of the call's own), folds as CUDA kernels on cupy's current stream,
     which is synchronized now and after every step. A blocking call of a plan of at most
-    :data:`HOST_BYTES` runs on its :class:`~.mpi.Resident` in host memory, as a host rank runs it (its
-    messages may go through shared memory, which MPI does not see)."""
+    :data:`HOST_BYTES` runs on its :class:`~.mpi.Resident` in host memory, as a host rank
+    runs it (its messages may go through shared memory, which MPI does not see)."""
     cupy = sys.modules["cupy"]
     stream = cupy.cuda.get_current_stream()
     if alone:

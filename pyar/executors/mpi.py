@@ -494,11 +494,6 @@ class Plan:
                                     self.fold(dtype, reduction)), done, None)
 
 
-def _address(view: np.ndarray) -> int:
-    """Where ``view``'s first element is (for a native program)."""
-    return view.__array_interface__["data"][0]
-
-
 def _copier(dst: np.ndarray, src: np.ndarray):
     """``copy()``: ``dst[...] = src`` for contiguous arrays of one size, bound now (a byte
     copy between memoryviews: a fifth of the time of numpy's for small messages)."""
@@ -692,7 +687,7 @@ class Resident:
                     finishes.append(tuple(bound_fold(target, v, reduction) if fold else
                                           _copier(target, v) for v in box.halves(k, dtype)))
                     takes.append(((mailbox.FOLD if fold else mailbox.COPY, *box.addresses[k],
-                                   _address(target), target.nbytes, kind if fold else 0),
+                                   target.ctypes.data, target.nbytes, kind if fold else 0),
                                   (where, wire.peer, box.stamps[k])))
                     continue
                 view = bufs[wire.buf][wire.lo:wire.hi]
@@ -715,7 +710,7 @@ class Resident:
                 sent[s.peer] += 1
                 puts.append((s.peer, box.stamps[k],
                              tuple(_copier(v, view) for v in box.halves(k, dtype)), view.nbytes))
-                rows.append((mailbox.PUT, *box.addresses[k], _address(view), view.nbytes, 0))
+                rows.append((mailbox.PUT, *box.addresses[k], view.ctypes.data, view.nbytes, 0))
                 self.waits.append((where, s.peer, box.stamps[k]))
             for row, wait in takes:
                 rows.append(row)
@@ -766,15 +761,14 @@ class Resident:
 
     def _resume(self, at: int, call: int, seq: int, deadline) -> None:
         """Go on with the native program of ``call`` (the program's number) number ``seq``
-        (the communicator's) from row ``at``, where it stopped: waiting as
-        :func:`.shm.await_stamp` does (polling on, for a while if this rank has a core of its
-        own, then in :func:`~.progress.wait_for`, bounded by ``deadline``); another call's
-        mark is a MismatchError."""
+        (the communicator's) from row ``at``, where it stopped, waiting
+        :func:`~.shm.patiently` (bounded by ``deadline``); another call's mark is a
+        MismatchError."""
         native, address, rows, fingerprint = _native[0], self.address, self.rows, \
             self.fingerprint
         state = [at]
 
-        def advanced(spins=1) -> bool:     # (wait_for polls, and yields)
+        def advanced(spins=1) -> bool:
             at = native(address, rows, state[0], call, fingerprint, seq, spins)
             if at < 0:
                 raise self._mismatched(-1 - at, call, seq)
@@ -783,13 +777,9 @@ class Resident:
 
         if at < 0:
             raise self._mismatched(-1 - at, call, seq)
-        if shm.patience():
-            until = _clock() + shm.patience()
-            while _clock() < until:
-                if advanced(_NATIVE_SPINS):
-                    return
-        progress.wait_for(advanced, deadline,
-                          lambda waited: shm.gave_up(*self.waits[state[0]][:2])(waited))
+        shm.patiently(advanced, deadline,
+                      lambda waited: shm.gave_up(*self.waits[state[0]][:2])(waited),
+                      partial(advanced, _NATIVE_SPINS))
 
     def _mismatched(self, row: int, call: int, seq: int) -> MismatchError:
         """The error for the native program's ``row``, whose stamp is another call's mark."""
@@ -840,7 +830,6 @@ class Resident:
 _LIVE: weakref.WeakSet = weakref.WeakSet()      # Residents with requests to free
 _native = [None]            # kernels.mailbox's runner, loaded with the first native program
 _NATIVE_SPINS = 1024        # polls of a stamp (~1 us) in the program before Python waits
-_clock = shm.clock
 
 
 @atexit.register            # runs before mpi4py's MPI_Finalize, a C-level exit hook

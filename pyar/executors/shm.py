@@ -68,7 +68,7 @@ _STAMP = 8                  # bytes: a half's stamp, in its first line with its 
 _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store order
 PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
 _patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
-clock = time.perf_counter
+_clock = time.perf_counter
 _CPUS = 1 << 14              # processor numbers an affinity mask is read up to
 
 
@@ -90,23 +90,36 @@ def await_stamp(stamp: memoryview, free: bool, deadline=None, where: str = "",
                 peer: int = -1) -> int:
     """``stamp``'s word once it is 0 (``free``: the half's last message has been taken) or
     once it is not (a message is in): a Resident's lean path's wait. Past ``deadline``,
-    pyar.TimeoutError saying ``where`` waited for ``peer``. It polls itself first (the
-    peer is usually a moment behind: a poll here costs a third of one through a
-    function): a few times, and on a node with a core for each of its ranks for up to
-    :data:`PATIENCE` more (yielding the core to another process on a busy machine costs
-    that process's whole time slice, 30 us a call and more measured), then waits in
-    :func:`~.progress.wait_for`, which yields after a few polls more."""
+    pyar.TimeoutError saying ``where`` waited for ``peer``. It polls itself a few times
+    first (the peer is usually a moment behind: a poll here costs a third of one through a
+    function), then waits :func:`patiently`."""
     for _ in range(progress.SPINS):
         if (not (seen := stamp[0])) is free:
             return seen
-    if _patience[0]:
-        until = clock() + _patience[0]
-        while clock() < until:
-            for _ in range(256):
-                if (not (seen := stamp[0])) is free:
-                    return seen
-    progress.wait_for(lambda: (not stamp[0]) is free, deadline, gave_up(where, peer))
+
+    def polled() -> bool:
+        for _ in range(256):
+            if (not stamp[0]) is free:
+                return True
+        return False
+    patiently(lambda: (not stamp[0]) is free, deadline, gave_up(where, peer), polled)
     return stamp[0]
+
+
+def patiently(test, deadline, stalled, eager=None) -> None:
+    """Wait until ``test()`` is true: on a node with a core for each of its ranks, by polling
+    ``eager()`` (a longer poll of the same condition; default ``test``) for up to
+    :data:`PATIENCE` (yielding the core to another process on a busy machine costs that
+    process's whole time slice, 30 us a call and more measured), then in
+    :func:`~.progress.wait_for` (bounded by ``deadline``, past it ``stalled``), which yields
+    after a few polls more."""
+    if _patience[0]:
+        eager = eager or test
+        until = _clock() + _patience[0]
+        while _clock() < until:
+            if eager():
+                return
+    progress.wait_for(test, deadline, stalled)
 
 
 def patience() -> float:

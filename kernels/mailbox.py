@@ -18,6 +18,9 @@ fingerprint, odd, and its sequence number: ``fingerprint | (seq & 0x7FFFFFFF)
     COPY  (COPY, stamp0, stamp1, box0, box1, dst, nbytes, 0)
           the same, copying box[half] to dst
 
+A FOLD or COPY row whose stamps are 0 is *local*: no wait, no mark, its
+"box" is any memory (an out-of-place call's x: :class:`pyar.executors.mpi.Stream`).
+
 Stamps are read with acquire and written with release ordering, so the bytes
 of a message are visible before its stamp on any processor.
 
@@ -137,20 +140,22 @@ def run(program, rows, start, call, fingerprint, seq, spins):
             _copy(box, other, nbytes)
             _store(stamp, mark)
         else:
-            polls = spins
-            seen = _load(stamp)
-            while seen == 0:
-                polls -= 1
-                if polls <= 0:
-                    return row
+            if stamp != 0:                  # (0: a local row)
+                polls = spins
                 seen = _load(stamp)
-            if seen != mark:
-                return -1 - row
+                while seen == 0:
+                    polls -= 1
+                    if polls <= 0:
+                        return row
+                    seen = _load(stamp)
+                if seen != mark:
+                    return -1 - row
             if kind == FOLD:
                 _fold(other, box, nbytes, table[row, 7])
             else:
                 _copy(other, box, nbytes)
-            _store(stamp, 0)
+            if stamp != 0:
+                _store(stamp, 0)
     return rows
 
 

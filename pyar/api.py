@@ -345,11 +345,12 @@ class _Repeat:
             result = out
         data = result.reshape(-1)
         c = self.c
+        tag = c.next_tag(self.entry)
         if result is x:
-            self.plan.run(c.mpi, c.next_tag(self.entry), data, self.reduction)
+            self.plan.run(c.mpi, tag, data, self.reduction, None, self.call, c.seq)
         else:
-            self.plan.out_of_place().run(c.mpi, c.next_tag(self.entry), data,
-                                         self.reduction, x.reshape(-1))
+            self.plan.out_of_place().run(c.mpi, tag, data, self.reduction, x.reshape(-1),
+                                         self.call, c.seq)
         if self.avg:
             ops.finalize(data, Op.AVG, c.size)
         return result

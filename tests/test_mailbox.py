@@ -84,3 +84,19 @@ def test_kind_names_the_fold_of_every_dtype_and_op(dtype):
     assert len(kinds) == len(OPS)
     with pytest.raises(ValueError):
         mailbox.kind(dtype, "avg")
+
+
+def test_local_rows_fold_and_copy_without_stamps():
+    """A FOLD or COPY row whose stamps are 0 reads any memory (an out-of-place call's x) and
+    neither waits nor marks: it runs with every mailbox empty, in either half."""
+    x, data = np.arange(5, dtype=np.int64), np.full(5, 10, np.int64)
+    kind = mailbox.kind(np.int64, "sum")
+    rows = np.array([(mailbox.COPY, 0, 0, x.ctypes.data, x.ctypes.data, data.ctypes.data,
+                      16, 0),
+                     (mailbox.FOLD, 0, 0, x.ctypes.data, x.ctypes.data, data.ctypes.data,
+                      40, kind)], np.int64)
+    for half, expected in ((0, [0, 2, 12, 13, 14]), (1, [0, 2, 14, 16, 18])):
+        assert run(rows.ctypes.data, 2, 0, half, FINGERPRINT, 7, 1) == 2
+        assert data.tolist() == expected
+    assert run(rows.ctypes.data, 2, 1, 0, FINGERPRINT, 7, 1) == 2     # from row 1 on only
+    assert data.tolist() == [0, 3, 16, 19, 22]

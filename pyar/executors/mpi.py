@@ -21,6 +21,12 @@ wire's; and above MPI's eager limit the mailboxes also beat MPI's own
 shared-memory transfers (BENCHMARKS.md: 128 KiB - 512 KiB in place 0.5x -
 0.8x MPI_Allreduce's time, 1.0x - 1.5x through MPI requests).
 
+A larger plan whose every message, on every rank, can go through a mailbox
+(its ranks on one node) runs as a :class:`Stream`: the same native program
+on the caller's own buffers, each message streamed through a mailbox in
+pieces of :data:`PIECE` bytes, copied once into shared memory and folded
+straight out of it (MPI copies twice, and the fold reads a landing buffer).
+
 A large out-of-place call runs the plan's :meth:`Plan.out_of_place` variant,
 which reads the caller's x itself where the schedule reads data that nothing
 has written yet, instead of copying x into the result first.
@@ -49,6 +55,7 @@ DATA, SCRATCH, LANDING, SOURCE = 0, 1, 2, 3     # SOURCE: x, in an out-of-place 
 _BUFFER = {"data": DATA, "scratch": SCRATCH}
 _BYTE = MPI.BYTE
 RESIDENT_BYTES = 1 << 19    # plans of buffers up to this size run on a Resident
+PIECE = 1 << 16             # bytes: a Stream's messages go through mailboxes in pieces of this
 SPARES = 4                  # scratch and landing buffers a plan keeps for its next requests
 
 
@@ -315,7 +322,9 @@ class Plan:
         kernels are commutative bit for bit), and x is copied into data only
         where a step needs both (or the schedule never writes)."""
         self.landing_count, self.spans, self.steps = 0, [], []
-        self._buffers, self._folds, self._residents, self._channels = {}, {}, {}, {}
+        self._buffers, self._folds, self._residents, self._streams = {}, {}, {}, {}
+        if written is None:
+            self._channels = {}     # (a variant's mailboxes are its base's)
         self._spare: dict = {}      # dtype -> (scratch, landing) pairs of finished requests
         self._bound = weakref.WeakSet()
         for i, (sends, recvs) in enumerate(self.ops):
@@ -384,12 +393,14 @@ class Plan:
             self._variant = variant
         return self._variant
 
-    def buffers(self, dtype: np.dtype):
-        """The (scratch, landing) arrays of ``dtype`` for this plan, allocated once."""
+    def buffers(self, dtype: np.dtype, landing: bool = True):
+        """The (scratch, landing) arrays of ``dtype`` for this plan, each allocated once when
+        first asked for (landing None unless ``landing``: a Stream lands nothing)."""
         found = self._buffers.get(dtype)
-        if found is None:
-            found = self._buffers[dtype] = (np.empty(self.scratch_count, dtype),
-                                            np.empty(self.landing_count, dtype))
+        if found is None or landing and found[1] is None:
+            found = self._buffers[dtype] = (
+                np.empty(self.scratch_count, dtype) if found is None else found[0],
+                np.empty(self.landing_count, dtype) if landing else None)
         return found
 
     def resident(self, comm: MPI.Comm, dtype: np.dtype, reduction: str | None, call=None):
@@ -408,12 +419,34 @@ class Plan:
         return found
 
     def _mailboxes(self, comm: MPI.Comm, dtype: np.dtype) -> shm.Channels | None:
-        """This plan's shared-memory channels for ``dtype``'s element size (collective once)."""
+        """This plan's shared-memory channels for ``dtype``'s element size (collective once),
+        its variant's too: a Resident's up to :data:`RESIDENT_BYTES`, a :class:`Stream`'s
+        above."""
         size = dtype.itemsize
         if size not in self._channels:
             pool = shm.pool_of(comm)
-            self._channels[size] = None if pool is None else pool.channels(self.spans, size)
+            if pool is None:
+                self._channels[size] = None
+            elif self.count * size <= RESIDENT_BYTES:
+                self._channels[size] = pool.channels(self.spans, size)
+            else:
+                self._channels[size] = pool.streams(self.spans, PIECE, _streamable(self.spans))
         return self._channels[size]
+
+    def stream(self, comm: MPI.Comm, dtype: np.dtype, reduction: str | None, call=None):
+        """The :class:`Stream` of this plan (or its variant) for ``dtype``, ``reduction`` and
+        the calls ``call`` if its buffer is larger than :data:`RESIDENT_BYTES` and every
+        message of every rank can go through a mailbox, else None (every rank alike). Made
+        on the first call with them, which every rank makes: collective."""
+        key = (dtype, reduction, call)
+        found = self._streams.get(key)
+        if found is None and key not in self._streams:
+            channels = (self.base._mailboxes(comm, dtype)
+                        if self.count * dtype.itemsize > RESIDENT_BYTES else None)
+            found = self._streams[key] = (
+                None if channels is None else
+                Stream(self, channels, dtype, reduction, call))
+        return found
 
     def bind(self, comm: MPI.Comm, data: np.ndarray, reduction: str | None,
              call=None) -> Resident:
@@ -456,6 +489,10 @@ class Plan:
             resident.run(None, seq)
             data[...] = resident.data
             return
+        stream = self.stream(comm, dtype, reduction, call)
+        if stream is not None:
+            stream.run(data, source, seq)
+            return
         bufs = (data, *self.buffers(dtype), source)
         fold = self.fold(dtype, reduction)
         for step in self.steps:
@@ -481,6 +518,9 @@ class Plan:
                     end()
                     data[...] = resident.data
                 return steps, ctx, done, resident.interrupted
+            stream = self.stream(comm, dtype, reduction, call)
+            if stream is not None:
+                return stream.execution(data, source, seq)
             own, done = self.buffers(dtype), None
         else:       # buffers no other call in flight uses: a spare, or new (page faults)
             spare = self._spare.setdefault(dtype, [])
@@ -492,6 +532,229 @@ class Plan:
                     spare.append(own)
         return (self.steps, Context((data, *own, source), comm, tag,
                                     self.fold(dtype, reduction)), done, None)
+
+
+def _streamable(spans) -> bool:
+    """Whether a :class:`Stream` may interleave the pieces of each step's messages: no
+    receive lands where the step sends from, and the step's receives land on the same
+    span or apart (so that every element is folded in the schedule's order)."""
+    for _, sends, recvs in spans:
+        targets = [r.wire if r.dst is None else r.dst for r in recvs]
+        for i, t in enumerate(targets):
+            if any(_overlap(t, s) for s in sends) or any(
+                    _overlap(t, u) and t[1:] != u[1:] for u in targets[:i]):
+                return False
+    return True
+
+
+class _Program:
+    """A native mailbox program (:mod:`pyar.kernels.mailbox`): ``program`` (its rows) and,
+    per row, ``waits[row]`` = (where, peer, stamps) for errors; ``fingerprint`` and
+    ``call`` (the calls' tuple) make and explain its marks."""
+
+    def _load(self, rows, waits) -> None:
+        from ..kernels import mailbox       # (Numba: loaded with the first program)
+        self.program = np.array(rows, np.int64).reshape(-1, mailbox.WIDTH)
+        self.address, self.rows, self.waits = self.program.ctypes.data, len(rows), waits
+        # polls before Python takes a wait over: few on an oversubscribed node, where
+        # they hold the core that the awaited rank needs
+        self.spins = _NATIVE_SPINS if shm.patience() else 1
+        if _native[0] is None:
+            _native[0] = mailbox.runner()
+
+    def _resume(self, at: int, call: int, seq: int, deadline) -> None:
+        """Go on with the native program of ``call`` (the program's number) number ``seq``
+        (the communicator's) from row ``at``, where it stopped, waiting
+        :func:`~.shm.patiently` (bounded by ``deadline``); another call's mark is a
+        MismatchError."""
+        native, address, rows, fingerprint = _native[0], self.address, self.rows, \
+            self.fingerprint
+        state = [at]
+
+        def advanced(spins=1) -> bool:
+            at = native(address, rows, state[0], call, fingerprint, seq, spins)
+            if at < 0:
+                raise self._mismatched(-1 - at, call, seq)
+            state[0] = at
+            return at == rows
+
+        if at < 0:
+            raise self._mismatched(-1 - at, call, seq)
+        shm.patiently(advanced, deadline,
+                      lambda waited: shm.gave_up(*self.waits[state[0]][:2])(waited),
+                      partial(advanced, _NATIVE_SPINS))
+
+    def _mismatched(self, row: int, call: int, seq: int) -> MismatchError:
+        """The error for the native program's ``row``, whose stamp is another call's mark."""
+        where, peer, stamps = self.waits[row]
+        return _mismatch(where, peer, stamps[call & 1][0], _mark(self.fingerprint, seq),
+                         self.call)
+
+
+class Stream(_Program):
+    """A plan larger than :data:`RESIDENT_BYTES` (or its out-of-place variant) run on the
+    caller's buffers with every message through a shared-memory mailbox (:mod:`.shm`; every
+    rank of the plan on one node): one native program a call.
+
+    A message goes in pieces of at most :data:`PIECE` bytes, the two halves of
+    its mailbox alternating, so that the receiver folds piece t - 1 while the
+    sender copies piece t in: copied once into shared memory and folded (or
+    copied) once out of it, where MPI copies in and out of its own queue and
+    the fold then reads a landing buffer. A step's rows go in rounds: round t
+    puts piece t of every send, then takes piece t - 1 of every receive; a put
+    waits for its half to be taken, two pieces back, which the peer does in its
+    round before, so no two ranks wait for each other. An out-of-place
+    variant's copies of x are local rows. Marks and errors are a Resident's;
+    :meth:`execution` gives the steps (row ranges) for :class:`~.progress.Run`.
+    Limits: a step whose receives land where it sends from, or on overlapping
+    spans, does not stream (:func:`_streamable`; such a plan sends through MPI).
+    """
+
+    def __init__(self, plan: Plan, channels: shm.Channels, dtype: np.dtype,
+                 reduction: str | None, call=None):
+        from ..kernels import mailbox
+        self.channels, self.call, self.fingerprint = channels, call, notice.fingerprint(call)
+        size, each = dtype.itemsize, PIECE // dtype.itemsize
+        kind = 0 if reduction is None else mailbox.kind(dtype, reduction)
+        scratch = plan.buffers(dtype, landing=False)[0].ctypes.data     # (kept by the plan)
+        ordinal: dict = {}              # (direction, peer, mailbox): pieces so far a call
+        rows, waits, patches, self.steps = [], [], [], []
+
+        def at(span, column, lo):       # byte address in row ``column``: fixed or patched
+            offset = lo * size
+            if span.buf == SCRATCH:
+                return scratch + offset
+            patches.append((len(rows), column, span.buf == SOURCE, offset))
+            return 0
+
+        def pieces(direction, span, k):
+            """(stamps and halves, lo, hi) of each piece of ``span``, message k of its pair."""
+            box = (channels.out if direction else channels.into)[span.peer]
+            out = []
+            for lo in range(span.lo, max(span.hi, span.lo + 1), each):
+                n = ordinal.get((direction, span.peer, k), 0)
+                ordinal[direction, span.peer, k] = n + 1
+                s0, s1, b0, b1 = box.addresses[k]
+                out.append(((s0, s1, b0, b1) if n % 2 == 0 else (s1, s0, b1, b0),
+                            box.stamps[k] if n % 2 == 0 else box.stamps[k][::-1],
+                            lo, min(lo + each, span.hi)))
+            return out
+
+        for step in plan.steps:
+            first = len(rows)
+            if isinstance(step, _Copy):          # x into data: local rows
+                for lo, hi in step.ranges:
+                    x, to = _Span(None, SOURCE, lo, hi), _Span(None, DATA, lo, hi)
+                    rows.append([mailbox.COPY, 0, 0, at(x, 3, lo), at(x, 4, lo), at(to, 5, lo),
+                                 (hi - lo) * size, 0])
+                    waits.append(("", None, None))
+                self.steps.append(_StreamStep(self, first, len(rows)))
+                continue
+            puts, takes, k = [], [], {}
+            for s in step.sends:
+                k[1, s.peer] = k.get((1, s.peer), -1) + 1
+                puts.append((s, pieces(1, s, k[1, s.peer])))
+            for r in step.recvs:
+                w = r.wire
+                k[0, w.peer] = k.get((0, w.peer), -1) + 1
+                takes.append((r, pieces(0, w, k[0, w.peer])))
+            for t in range(max(len(p) for _, p in puts + takes) + 1):
+                for s, p in puts:
+                    if t < len(p):
+                        addresses, stamps, lo, hi = p[t]
+                        rows.append([mailbox.PUT, *addresses, at(s, 5, lo), (hi - lo) * size, 0])
+                        waits.append((step.where, s.peer, stamps))
+                for r, p in takes:
+                    if 0 < t <= len(p):
+                        addresses, stamps, lo, hi = p[t - 1]
+                        target, n = (r.wire if r.dst is None else r.dst), (hi - lo) * size
+                        lo += target.lo - r.wire.lo
+                        rows.append([mailbox.FOLD if r.fold else mailbox.COPY, *addresses,
+                                     at(target, 5, lo), n, kind if r.fold else 0])
+                        waits.append((step.where, r.wire.peer, stamps))
+                        x = r.source
+                        if r.dst is None and x is not None:     # then x's part folded in
+                            rows.append([mailbox.FOLD, 0, 0, at(x, 3, lo + x.lo - target.lo),
+                                         at(x, 4, lo + x.lo - target.lo), at(target, 5, lo),
+                                         n, kind])
+                            waits.append((step.where, None, None))
+            self.steps.append(_StreamStep(self, first, len(rows)))
+        self._load(rows, waits)
+        self.patches = np.array(patches, np.int64).reshape(-1, 4).T   # row, column, x?, offset
+        self.bases = None
+
+    def _bind(self, data: np.ndarray, source) -> None:
+        """Point the rows at this call's data (and x)."""
+        bases = (data.ctypes.data, 0 if source is None else source.ctypes.data)
+        if bases != self.bases:
+            row, column, x, offset = self.patches
+            self.program[row, column] = offset + np.where(x, bases[1], bases[0])
+            self.bases = bases
+
+    def run(self, data: np.ndarray, source, seq: int, deadline=None) -> None:
+        """One call, number ``seq`` on its communicator, on ``data`` (and x, ``source``, for
+        a variant): the lean path."""
+        channels = self.channels
+        call = channels.calls
+        if call is None:
+            Resident._gone()
+        self._bind(data, source)
+        try:
+            at = _native[0](self.address, self.rows, 0, call, self.fingerprint, seq, self.spins)
+            if at != self.rows:
+                self._resume(at, call, seq, deadline)
+        except BaseException:
+            channels.calls = None
+            raise
+        channels.calls = call + 1
+
+    def execution(self, data: np.ndarray, source, seq: int):
+        """(steps, ctx, done, abandon) of call number ``seq`` as :meth:`Plan.execution` gives
+        them: a step per step of the plan, its rows."""
+        call = self.channels.calls
+        if call is None:
+            Resident._gone()
+        self._bind(data, source)
+        ctx = _StreamCall(call, seq)
+        return self.steps, ctx, partial(setattr, self.channels, "calls", call + 1), \
+            partial(setattr, self.channels, "calls", None)
+
+
+class _StreamCall:
+    """A Stream's call in flight: the program's call number, the call's, the next row."""
+
+    __slots__ = ("call", "seq", "at")
+
+    def __init__(self, call, seq):
+        self.call, self.seq, self.at = call, seq, 0
+
+
+class _StreamStep:
+    """A step of a :class:`Stream` for :class:`~.progress.Run`: its rows, run as far as
+    their stamps allow on each test."""
+
+    __slots__ = ("stream", "first", "last")
+
+    def __init__(self, stream, first, last):
+        self.stream, self.first, self.last = stream, first, last
+
+    def start(self, ctx) -> None:
+        ctx.at = self.first
+
+    def test(self, ctx) -> bool:
+        stream = self.stream
+        at = _native[0](stream.address, self.last, ctx.at, ctx.call, stream.fingerprint,
+                        ctx.seq, 1)
+        if at < 0:
+            raise stream._mismatched(-1 - at, ctx.call, ctx.seq)
+        ctx.at = at
+        return at == self.last
+
+    def finish(self, ctx) -> None:
+        pass
+
+    def pending(self, ctx) -> list[int]:
+        return [self.stream.waits[ctx.at][1]] if ctx.at < self.last else []
 
 
 def _copier(dst: np.ndarray, src: np.ndarray):
@@ -638,7 +901,7 @@ class _ResidentStep:
         return sorted(peers)
 
 
-class Resident:
+class Resident(_Program):
     """A plan bound to buffers: ``data`` (``plan.count`` elements: its own, or a caller's 1-D
     contiguous array that then must outlive it), scratch and landing of its own, every
     message to a rank of this node a mailbox (:mod:`.shm`, when ``channels`` has one) and
@@ -672,7 +935,7 @@ class Resident:
         from ..kernels import mailbox       # (Numba: loaded with the first Resident)
         kind = 0 if reduction is None else mailbox.kind(dtype, reduction)  # a native fold's
 
-        self.steps, rows, self.waits = [], [], []  # rows, waits: the native program's
+        self.steps, rows, waits = [], [], []    # rows, waits: the native program's
         for where, sends, recvs in plan.spans:
             requests, peers, received, finishes, puts, boxes = [], [], [], [], [], []
             takes = []
@@ -711,23 +974,17 @@ class Resident:
                 puts.append((s.peer, box.stamps[k],
                              tuple(_copier(v, view) for v in box.halves(k, dtype)), view.nbytes))
                 rows.append((mailbox.PUT, *box.addresses[k], view.ctypes.data, view.nbytes, 0))
-                self.waits.append((where, s.peer, box.stamps[k]))
+                waits.append((where, s.peer, box.stamps[k]))
             for row, wait in takes:
                 rows.append(row)
-                self.waits.append(wait)
+                waits.append(wait)
             self.steps.append(_ResidentStep(where, requests, peers, received, finishes, puts,
                                              boxes, call))
         self.fingerprint = notice.fingerprint(call)
         # every message a mailbox: the whole call runs natively (kernels.mailbox)
         self.program = None
         if channels is not None and not any(step.requests for step in self.steps):
-            self.program = np.array(rows, np.int64).reshape(-1, mailbox.WIDTH)
-            self.address, self.rows = self.program.ctypes.data, len(rows)
-            # polls before Python takes a wait over: few on an oversubscribed node, where
-            # they hold the core that the awaited rank needs
-            self.spins = _NATIVE_SPINS if shm.patience() else 1
-            if _native[0] is None:
-                _native[0] = mailbox.runner()
+            self._load(rows, waits)
         _LIVE.add(self)
 
     def run(self, deadline=None, seq: int = 0) -> None:
@@ -758,34 +1015,6 @@ class Resident:
             raise
         if channels is not None:
             channels.calls = call + 1
-
-    def _resume(self, at: int, call: int, seq: int, deadline) -> None:
-        """Go on with the native program of ``call`` (the program's number) number ``seq``
-        (the communicator's) from row ``at``, where it stopped, waiting
-        :func:`~.shm.patiently` (bounded by ``deadline``); another call's mark is a
-        MismatchError."""
-        native, address, rows, fingerprint = _native[0], self.address, self.rows, \
-            self.fingerprint
-        state = [at]
-
-        def advanced(spins=1) -> bool:
-            at = native(address, rows, state[0], call, fingerprint, seq, spins)
-            if at < 0:
-                raise self._mismatched(-1 - at, call, seq)
-            state[0] = at
-            return at == rows
-
-        if at < 0:
-            raise self._mismatched(-1 - at, call, seq)
-        shm.patiently(advanced, deadline,
-                      lambda waited: shm.gave_up(*self.waits[state[0]][:2])(waited),
-                      partial(advanced, _NATIVE_SPINS))
-
-    def _mismatched(self, row: int, call: int, seq: int) -> MismatchError:
-        """The error for the native program's ``row``, whose stamp is another call's mark."""
-        where, peer, stamps = self.waits[row]
-        return _mismatch(where, peer, stamps[call & 1][0], _mark(self.fingerprint, seq),
-                         self.call)
 
     def execution(self, seq: int = 0):
         """(steps, ctx, done) of call number ``seq`` as :class:`~.progress.Run` drives them:

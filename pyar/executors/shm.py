@@ -38,7 +38,10 @@ them with release ordering: the same order, on any processor.
 Carving is collective over the node (every rank does it at the same call of
 the plan, in :meth:`Pool.channels`); a plan whose channels do not fit in
 what is left of some rank's segment sends through MPI (carved space is
-given back only with the communicator). Every wait goes through
+given back only with the communicator). A large plan's
+:class:`pyar.executors.mpi.Stream` sends its messages in pieces through
+mailboxes of a piece each (:meth:`Pool.streams`), shared by every such plan
+whose ranks connect alike: only one runs at a time on a communicator. Every wait goes through
 :func:`pyar.executors.progress.wait_for` (bounded by ``PYAR_TIMEOUT`` or a
 call's ``timeout=``); after a few polls a waiting rank yields its core, so
 that an oversubscribed node still moves. A call interrupted by an error leaves the plan's mailboxes out
@@ -53,6 +56,7 @@ import os
 import platform
 import time
 import zlib
+from itertools import chain
 
 import numpy as np
 from mpi4py import MPI
@@ -220,6 +224,7 @@ class Pool:
         mine = self.segments[self.node.Get_rank()]
         self.used = -mine.ctypes.data % _LINE   # stamps never straddle a cache line
         self.carved: list[Channels] = []
+        self.streamed: dict = {}        # the ranks' pairs -> their Streams' Channels (or None)
 
     def channels(self, spans, itemsize: int) -> Channels | None:
         """Carve mailboxes for the messages of ``spans`` (a plan's (where, sends, recvs) per
@@ -227,13 +232,44 @@ class Pool:
         ranks send through MPI). Collective over the node."""
         out, into = {}, {}
         for _, sends, recvs in spans:
-            for s in sends:
-                if s.peer in self.local:
-                    out.setdefault(s.peer, []).append((s.hi - s.lo) * itemsize)
-            for r in recvs:
-                w = r.wire
-                if w.peer in self.local:
-                    into.setdefault(w.peer, []).append((w.hi - w.lo) * itemsize)
+            for boxes, wires in ((out, sends), (into, [r.wire for r in recvs])):
+                for w in wires:
+                    if w.peer in self.local:
+                        boxes.setdefault(w.peer, []).append((w.hi - w.lo) * itemsize)
+        return self._carve(out, into)
+
+    def streams(self, spans, piece: int, streamable: bool = True) -> Channels | None:
+        """The mailboxes of a :class:`pyar.executors.mpi.Stream`, whose messages go in pieces
+        of at most ``piece`` bytes: between two ranks, a mailbox for each message of a step
+        (the most of any step). A stream call runs alone on its communicator, so every plan
+        whose ranks all connect alike shares them. None unless every message of every rank
+        of the node has one (and every rank's plan is ``streamable``). Collective over the
+        node (an allgather of each rank's pairs; the first such plan carves)."""
+        out, into, remote = {}, {}, False
+        for _, sends, recvs in spans:
+            for boxes, wires in ((out, sends), (into, [r.wire for r in recvs])):
+                step: dict = {}
+                for w in wires:
+                    remote |= w.peer not in self.local
+                    step[w.peer] = step.get(w.peer, 0) + 1
+                for peer, n in step.items():
+                    boxes[peer] = max(boxes.get(peer, 0), n)
+        pairs = [piece, *chain(*sorted(out.items())), -1, *chain(*sorted(into.items()))]
+        mine = np.array([0 if remote or not streamable else _digest(pairs)], np.int64)
+        keys = np.empty(len(self.segments), np.int64)
+        _bounded(self.node.Iallgather(mine, keys), (mine, keys))
+        if not keys.all():
+            return None
+        key = keys.tobytes()
+        if key not in self.streamed:
+            self.streamed[key] = self._carve({p: [piece] * n for p, n in out.items()},
+                                             {p: [piece] * n for p, n in into.items()}, True)
+        return self.streamed[key]
+
+    def _carve(self, out: dict, into: dict, whole: bool = False) -> Channels | None:
+        """Channels for the mailboxes of ``out`` and ``into`` (per peer, their sizes in bytes);
+        with ``whole``, None unless every pair of the node agrees (else such a pair's
+        messages go through MPI). Collective over the node."""
         mine = self.segments[self.node.Get_rank()]
         mine_at = self.used
         table = np.zeros((len(self.segments), 3), np.int64)    # per node rank: its row
@@ -248,17 +284,24 @@ class Pool:
         if not fits[0]:
             return None
         mine[self.used:mine_at] = 0
-        self.used = mine_at
+        start, self.used = self.used, mine_at
         self.win.Sync()
         theirs = np.empty_like(table)
         _bounded(self.node.Ialltoall(table, theirs), (table, theirs))  # (where my channel
         self.win.Sync()             # to them starts, what they expect from me, what they send me)
         # a pair whose ranks disagree on its messages (the ranks' plans differ) goes through
         # MPI: a message of another size is reported by its receiver
+        wanted = len(out) + len(into)
         out = {p: Channel(p, self.segments[self.local[p]], int(theirs[self.local[p], 0]), sizes)
                for p, sizes in out.items() if theirs[self.local[p], 1] == _digest(sizes)}
         into = {p: Channel(p, mine, int(table[self.local[p], 0]), sizes)
                 for p, sizes in into.items() if theirs[self.local[p], 2] == _digest(sizes)}
+        if whole:
+            agreed = np.array([len(out) + len(into) == wanted], np.int64)
+            _bounded(self.node.Iallreduce(MPI.IN_PLACE, agreed, MPI.MIN), agreed)
+            if not agreed[0]:
+                self.used = start
+                return None
         carved = Channels(out, into, None if _ORDERED else self.win.Sync)
         self.carved.append(carved)
         return carved
@@ -268,7 +311,7 @@ class Pool:
         on its channels raise from now on."""
         for carved in self.carved:
             carved.calls = None
-        self.segments, self.carved = [], []
+        self.segments, self.carved, self.streamed = [], [], {}
         if not MPI.Is_finalized():
             self.win.Unlock_all()
             self.win.Free()

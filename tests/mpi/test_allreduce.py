@@ -10,6 +10,8 @@ from pyar.ops import DTYPES, HALF, Op, is_float
 from pyar.schedule import Chunk, Recv, Send, Step
 from pyar.verify import sample
 
+from pyar.executors.mpi import RESIDENT_BYTES
+
 from checks import agree, check_against_mpi, dtype_op_grid, library_may_differ
 
 ALGORITHMS = pyar.algorithms()
@@ -112,7 +114,6 @@ def test_small_messages_repeat_on_resident_and_bound_buffers(comm):
     ``out`` form, a switch of ``out``, avg, and large calls (other tags) in between: each
     result is MPI_Allreduce's."""
     from pyar import api
-    from pyar.executors.mpi import RESIDENT_BYTES
 
     shape, failures = (3, 13), []
     same, other = np.empty(shape, np.float32), np.empty(shape, np.float32)
@@ -153,8 +154,6 @@ def test_large_out_of_place_reads_x_itself(comm, algorithm):
     """Above RESIDENT_BYTES an out-of-place allreduce runs the plan's out-of-place variant:
     sends of x's elements read x, folds into them receive in place and fold x's in, x is
     copied only where needed. Every out form, x left alone, against MPI_Allreduce."""
-    from pyar.executors.mpi import RESIDENT_BYTES
-
     count = RESIDENT_BYTES // 4 + 3 * comm.size + 1
     failures = []
     for i, (dtype, op) in enumerate([(np.float32, "sum"), (np.int32, "prod"),
@@ -189,6 +188,40 @@ def test_large_out_of_place_reads_x_itself(comm, algorithm):
     agree(comm, not failures, "; ".join(failures[:2]))
 
 
+def test_large_calls_on_one_node_stream_through_mailboxes(comm):
+    """Above RESIDENT_BYTES, with every rank on one node and room in the mailboxes, a ring
+    plan runs as a Stream (pyar.executors.mpi.Stream: its messages in pieces through shared
+    memory), in place and in its out-of-place variant alike. Ranks that mix in place and out
+    of place, and the lean path with the stepped one (a timeout), meet: each result is
+    MPI_Allreduce's, x left alone."""
+    from pyar.executors import shm
+
+    count = RESIDENT_BYTES // 4 + 7 * comm.size + 3
+    pool = shm.pool_of(pyar.Comm.of(comm).mpi)
+    failures = []
+    for i in range(6):
+        x = sample(comm.rank, count, np.float32, "sum", seed=i)
+        original = x.copy()
+        in_place, timeout = (comm.rank + i) % 2 == 0, 30 if (comm.rank + i) % 3 == 0 else None
+        try:
+            result = pyar.allreduce(x, x if in_place else None, algorithm="ring",
+                                    timeout=timeout)
+            if not in_place and not np.array_equal(x, original):
+                raise AssertionError(f"call {i}: x was modified")
+            check_against_mpi(comm, result, original, "sum",
+                              f"call {i}: {'in place' if in_place else 'out of place'}, "
+                              f"timeout {timeout}")
+        except AssertionError as e:
+            failures.append(str(e))
+    agree(comm, not failures, "; ".join(failures[:2]))
+    plan = next(p for p in pyar.Comm.of(comm).plans.values() if p.count == count)
+    streams = [s for v in (plan, plan.out_of_place()) for s in v._streams.values()]
+    one_node = pool is not None and len(pool.local) == comm.size and \
+        len(pool.segments[0]) >= 1 << 20
+    agree(comm, not one_node or len(streams) == 2 and all(streams),
+          f"on one node with mailboxes: streams {streams}")
+
+
 def test_freeing_a_communicator_frees_its_persistent_requests_and_mailboxes(comm):
     from pyar.executors import shm
 
@@ -208,23 +241,27 @@ def test_freeing_a_communicator_frees_its_persistent_requests_and_mailboxes(comm
           f"pool {pool and pool.win}, running one afterwards: {error!r}")
 
 
-def test_a_rank_left_waiting_on_a_mailbox_times_out(comm):
-    """Ranks 0 and 1 set up their mailboxes with a first call; then rank 0 calls alone with a
-    timeout and gets pyar.TimeoutError naming the call, the step and the peer instead of
-    waiting for ever, and from then on an error from that communicator (out of step)."""
+@pytest.mark.parametrize("count, algorithm, steps", [(4, "recursive_doubling", 1),
+                                                     (RESIDENT_BYTES // 8 + 2, "ring", 2)],
+                         ids=["resident", "stream"])
+def test_a_rank_left_waiting_on_a_mailbox_times_out(comm, count, algorithm, steps):
+    """Ranks 0 and 1 set up their mailboxes with a first call (a Resident's, or a large
+    plan's Stream); then rank 0 calls alone with a timeout and gets pyar.TimeoutError naming
+    the call, the step and the peer instead of waiting for ever, and from then on an error
+    from that communicator (out of step)."""
     pair = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)
     ok, what = True, ""
     if pair != MPI.COMM_NULL:
-        x = np.ones(4)
-        pyar.allreduce(x, algorithm="recursive_doubling", comm=pair)
+        x = np.ones(count)
+        pyar.allreduce(x, x, algorithm=algorithm, comm=pair)
         plan = next(iter(pyar.Comm.of(pair).plans.values()))
         boxes = any(channels and channels.out for channels in plan._channels.values())
         if boxes and pair.rank == 0:        # (none with PYAR_SHM_BYTES=0)
-            again = [outcome(lambda: pyar.allreduce(x, algorithm="recursive_doubling",
-                                                    comm=pair, timeout=0.5)) for _ in range(2)]
+            again = [outcome(lambda: pyar.allreduce(x, x, algorithm=algorithm, comm=pair,
+                                                    timeout=0.5)) for _ in range(2)]
             ok = isinstance(again[0], pyar.TimeoutError) and \
                 "allreduce #2 on rank 0" in str(again[0]) and \
-                "step 0 of 1 waited for rank 1" in str(again[0]) and \
+                f"step 0 of {steps} waited for rank 1" in str(again[0]) and \
                 isinstance(again[1], pyar.PyarError) and "unusable" in str(again[1])
             what = repr(again)
         pair.Free()

@@ -658,7 +658,7 @@ class Stream(_Program):
                 w = r.wire
                 k[0, w.peer] = k.get((0, w.peer), -1) + 1
                 takes.append((r, pieces(0, w, k[0, w.peer])))
-            for t in range(max(len(p) for _, p in puts + takes) + 1):
+            for t in range(max((len(p) for _, p in puts + takes), default=0) + 1):
                 for s, p in puts:
                     if t < len(p):
                         addresses, stamps, lo, hi = p[t]
@@ -691,9 +691,9 @@ class Stream(_Program):
             self.program[row, column] = offset + np.where(x, bases[1], bases[0])
             self.bases = bases
 
-    def run(self, data: np.ndarray, source, seq: int, deadline=None) -> None:
+    def run(self, data: np.ndarray, source, seq: int) -> None:
         """One call, number ``seq`` on its communicator, on ``data`` (and x, ``source``, for
-        a variant): the lean path."""
+        a variant): the lean path (no deadline; :meth:`execution` for one)."""
         channels = self.channels
         call = channels.calls
         if call is None:
@@ -702,7 +702,7 @@ class Stream(_Program):
         try:
             at = _native[0](self.address, self.rows, 0, call, self.fingerprint, seq, self.spins)
             if at != self.rows:
-                self._resume(at, call, seq, deadline)
+                self._resume(at, call, seq, None)
         except BaseException:
             channels.calls = None
             raise

@@ -115,8 +115,8 @@ def comm_made(c) -> None:
         s = c.settings
         nodes = len(c.topology.nodes)
         shm = ("none (PYAR_SHM_BYTES=0)" if s.shm_bytes == 0 else
-               f"{s.shm_bytes if s.shm_bytes is not None else 4 << 20} B per rank, made at a "
-               f"plan's first small call")
+               f"{s.shm_bytes if s.shm_bytes is not None else 4 << 20} B per rank, made at the "
+               f"first blocking call of a plan")
         aware = cuda.awareness()
         init.info(f"comm {c.mpi.Get_name()!r}: rank {c.rank} of {c.size}, {nodes} node"
                   f"{'s' if nodes != 1 else ''}; shared-memory mailboxes: {shm}; CUDA-aware "

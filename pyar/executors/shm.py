@@ -325,8 +325,8 @@ def _bounded(request, buffers) -> None:
     timeout = settings.current().timeout
     try:
         progress.wait_for(request.Test, progress.deadline_of(timeout), lambda waited:
-                          TimeoutError(f"setting up shared-memory mailboxes (a small plan's "
-                                       f"first call with this element size) waited "
+                          TimeoutError(f"setting up shared-memory mailboxes (a plan's first "
+                                       f"blocking call with this element size) waited "
                                        f"{waited:.1f} s for the other ranks of the node"))
     except BaseException:
         progress.ABANDONED.append((request, buffers))   # still posted: MPI may write there

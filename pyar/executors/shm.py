@@ -41,13 +41,15 @@ what is left of some rank's segment sends through MPI (carved space is
 given back only with the communicator). A large plan's
 :class:`pyar.executors.mpi.Stream` sends its messages in pieces through
 mailboxes of a piece each (:meth:`Pool.streams`), shared by every such plan
-whose ranks connect alike: only one runs at a time on a communicator. Every wait goes through
-:func:`pyar.executors.progress.wait_for` (bounded by ``PYAR_TIMEOUT`` or a
-call's ``timeout=``); after a few polls a waiting rank yields its core, so
-that an oversubscribed node still moves. A call interrupted by an error leaves the plan's mailboxes out
-of step: later calls of that plan raise. ``PYAR_SHM_BYTES`` sets each rank's
-segment (default :data:`POOL_BYTES`; 0: no mailboxes, every message through
-MPI). ``PYAR_RANKS_PER_NODE``'s emulated nodes share no mailboxes.
+whose ranks connect alike: only one runs at a time on a communicator. Every
+wait goes through :func:`pyar.executors.progress.wait_for` (bounded by
+``PYAR_TIMEOUT`` or a call's ``timeout=``); after a few polls a waiting rank
+yields its core, so that an oversubscribed node still moves. A call
+interrupted by an error leaves the plan's mailboxes out of step: later calls
+of that plan (and of the plans sharing its Stream's mailboxes) raise.
+``PYAR_SHM_BYTES`` sets each rank's segment (default :data:`POOL_BYTES`; 0: no
+mailboxes, every message through MPI). ``PYAR_RANKS_PER_NODE``'s emulated nodes
+share no mailboxes.
 """
 
 from __future__ import annotations

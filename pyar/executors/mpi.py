@@ -403,6 +403,11 @@ class Plan:
                 np.empty(self.landing_count, dtype) if landing else None)
         return found
 
+    def small(self, dtype: np.dtype) -> bool:
+        """Whether this plan's buffer of ``dtype`` is at most :data:`RESIDENT_BYTES` (a
+        Resident's, else a Stream's or MPI's): every rank decides alike."""
+        return self.count * dtype.itemsize <= RESIDENT_BYTES
+
     def resident(self, comm: MPI.Comm, dtype: np.dtype, reduction: str | None, call=None):
         """The :class:`Resident` of this plan for ``dtype``, ``reduction`` and the calls
         ``call`` (a tuple: :func:`.notice.fingerprint`) if its buffer is at most
@@ -411,7 +416,7 @@ class Plan:
         key = (dtype, reduction, call)
         found = self._residents.get(key)
         if found is None and key not in self._residents:
-            small = self.count * dtype.itemsize <= RESIDENT_BYTES and not self.source
+            small = self.small(dtype) and not self.source
             found = self._residents[key] = (
                 Resident(self, comm, dtype, reduction, None, self._mailboxes(comm, dtype),
                          call)
@@ -427,7 +432,7 @@ class Plan:
             pool = shm.pool_of(comm)
             if pool is None:
                 self._channels[size] = None
-            elif self.count * size <= RESIDENT_BYTES:
+            elif self.small(dtype):
                 self._channels[size] = pool.channels(self.spans, size)
             else:
                 self._channels[size] = pool.streams(self.spans, PIECE, _streamable(self.spans))
@@ -441,8 +446,7 @@ class Plan:
         key = (dtype, reduction, call)
         found = self._streams.get(key)
         if found is None and key not in self._streams:
-            channels = (self.base._mailboxes(comm, dtype)
-                        if self.count * dtype.itemsize > RESIDENT_BYTES else None)
+            channels = None if self.small(dtype) else self.base._mailboxes(comm, dtype)
             found = self._streams[key] = (
                 None if channels is None else
                 Stream(self, channels, dtype, reduction, call))
@@ -550,7 +554,8 @@ def _streamable(spans) -> bool:
 class _Program:
     """A native mailbox program (:mod:`pyar.kernels.mailbox`): ``program`` (its rows) and,
     per row, ``waits[row]`` = (where, peer, stamps) for errors; ``fingerprint`` and
-    ``call`` (the calls' tuple) make and explain its marks."""
+    ``call`` (the calls' tuple) make and explain its marks; ``channels`` count its calls
+    (None once unusable), ``steps`` are None once freed."""
 
     def _load(self, rows, waits) -> None:
         from ..kernels import mailbox       # (Numba: loaded with the first program)
@@ -561,6 +566,28 @@ class _Program:
         self.spins = _NATIVE_SPINS if shm.patience() else 1
         if _native[0] is None:
             _native[0] = mailbox.runner()
+
+    def _begin(self) -> int:
+        """The program's number for the call about to run (PyarError once unusable)."""
+        call = 0 if self.channels is None else self.channels.calls
+        if call is None or self.steps is None:
+            self._gone()
+        return call
+
+    @staticmethod
+    def _gone():
+        raise PyarError("this plan's shared-memory mailboxes or requests are gone: its "
+                        "communicator was freed, or a call of it was interrupted by an "
+                        "error (the ranks are out of step; make a new communicator)")
+
+    def _end(self, call: int) -> None:
+        if self.channels is not None:
+            self.channels.calls = call + 1
+
+    def interrupted(self) -> None:
+        """A call failed mid-way: its counters are out of step, so no later call runs."""
+        if self.channels is not None:
+            self.channels.calls = None
 
     def _resume(self, at: int, call: int, seq: int, deadline) -> None:
         """Go on with the native program of ``call`` (the program's number) number ``seq``
@@ -627,8 +654,10 @@ class Stream(_Program):
             patches.append((len(rows), column, span.buf == SOURCE, offset))
             return 0
 
-        def pieces(direction, span, k):
-            """(stamps and halves, lo, hi) of each piece of ``span``, message k of its pair."""
+        def pieces(direction, span):
+            """(stamps and halves, lo, hi) of each piece of ``span``, the pair's message k of
+            this step (mailbox k)."""
+            k = nth[direction, span.peer] = nth.get((direction, span.peer), -1) + 1
             box = (channels.out if direction else channels.into)[span.peer]
             out = []
             for lo in range(span.lo, max(span.hi, span.lo + 1), each):
@@ -650,14 +679,9 @@ class Stream(_Program):
                     waits.append(("", None, None))
                 self.steps.append(_StreamStep(self, first, len(rows)))
                 continue
-            puts, takes, k = [], [], {}
-            for s in step.sends:
-                k[1, s.peer] = k.get((1, s.peer), -1) + 1
-                puts.append((s, pieces(1, s, k[1, s.peer])))
-            for r in step.recvs:
-                w = r.wire
-                k[0, w.peer] = k.get((0, w.peer), -1) + 1
-                takes.append((r, pieces(0, w, k[0, w.peer])))
+            nth = {}                # (direction, peer): the pair's messages so far this step
+            puts = [(s, pieces(1, s)) for s in step.sends]
+            takes = [(r, pieces(0, r.wire)) for r in step.recvs]
             for t in range(max((len(p) for _, p in puts + takes), default=0) + 1):
                 for s, p in puts:
                     if t < len(p):
@@ -694,30 +718,23 @@ class Stream(_Program):
     def run(self, data: np.ndarray, source, seq: int) -> None:
         """One call, number ``seq`` on its communicator, on ``data`` (and x, ``source``, for
         a variant): the lean path (no deadline; :meth:`execution` for one)."""
-        channels = self.channels
-        call = channels.calls
-        if call is None:
-            Resident._gone()
+        call = self._begin()
         self._bind(data, source)
         try:
             at = _native[0](self.address, self.rows, 0, call, self.fingerprint, seq, self.spins)
             if at != self.rows:
                 self._resume(at, call, seq, None)
         except BaseException:
-            channels.calls = None
+            self.interrupted()
             raise
-        channels.calls = call + 1
+        self._end(call)
 
     def execution(self, data: np.ndarray, source, seq: int):
         """(steps, ctx, done, abandon) of call number ``seq`` as :meth:`Plan.execution` gives
         them: a step per step of the plan, its rows."""
-        call = self.channels.calls
-        if call is None:
-            Resident._gone()
+        call = self._begin()
         self._bind(data, source)
-        ctx = _StreamCall(call, seq)
-        return self.steps, ctx, partial(setattr, self.channels, "calls", call + 1), \
-            partial(setattr, self.channels, "calls", None)
+        return self.steps, _StreamCall(call, seq), partial(self._end, call), self.interrupted
 
 
 class _StreamCall:
@@ -1022,27 +1039,6 @@ class Resident(_Program):
         call = self._begin()
         ctx = _Call(call, self.channels, _mark(self.fingerprint, seq))
         return self.steps, ctx, lambda: self._end(call)
-
-    def _begin(self) -> int:
-        call = 0 if self.channels is None else self.channels.calls
-        if call is None or self.steps is None:
-            self._gone()
-        return call
-
-    @staticmethod
-    def _gone():
-        raise PyarError("this plan's shared-memory mailboxes or requests are gone: its "
-                        "communicator was freed, or a call of it was interrupted by an "
-                        "error (the ranks are out of step; make a new communicator)")
-
-    def _end(self, call: int) -> None:
-        if self.channels is not None:
-            self.channels.calls = call + 1
-
-    def interrupted(self) -> None:
-        """A call failed mid-way: its counters are out of step, so no later call runs."""
-        if self.channels is not None:
-            self.channels.calls = None
 
     def free(self) -> None:
         """Free the persistent requests (idempotent; running the object afterwards raises)."""

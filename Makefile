@@ -25,6 +25,10 @@ BENCH_OUT ?= bench-allreduce
 EXTRAS   ?= test,plot,torch
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
+# Keep compiled bytecode (__pycache__/, ignored by git) where the environment says not to: every
+# rank of every job imports pyar, and every pytest process rewrites hypothesis's modules (its
+# plugin's: 1.4 s of CPU a process here), anew each time without it.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-quick test-mpi test-matrix bench bench-kernels gpu-check examples verify clean
 

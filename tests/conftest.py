@@ -39,6 +39,8 @@ def scratch_registry():
 def pytest_configure(config):
     config.addinivalue_line("markers", "mpiexec: launches mpiexec (or make) in a subprocess; "
                                        "make test-quick leaves these out")
+    config.addinivalue_line("markers", "sweep: enumerated cases that PYAR_TEST_SHARD splits "
+                                       "between runs (tests/mpi/conftest.py)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,8 +6,11 @@ Each run says, past pytest's capture, which rank count and setting it is running
 long it took (and the tests/mpi tally), so `make test` shows where it is. Each run draws
 PYAR_TEST_EXAMPLES (here PYAR_MATRIX_EXAMPLES, default 50) hypothesis examples per property,
 instead of the 150 a single `make test-mpi` run draws: nine runs at different rank counts check
-more than one. (CI's second matrix, under Open MPI, draws fewer: it checks another library
-under the same schedules, which the first matrix's examples check already.)"""
+more than one. The two runs at 3, 5 and 8 ranks split the sweeps (tests marked ``sweep``,
+enumerated cases: PYAR_TEST_SHARD, tests/mpi/conftest.py) between them: each case runs at
+each rank count once, flat with mailboxes or under the setting, and every other test in
+both. (CI's second matrix, under Open MPI, draws fewer: it checks another library under the
+same schedules, which the first matrix's examples check already.)"""
 
 import os
 import re
@@ -20,35 +23,42 @@ from launch import explain, run
 EXAMPLES = os.environ.get("PYAR_MATRIX_EXAMPLES", "50")
 
 
-def describe(nprocs, ranks_per_node, shm_bytes) -> str:
+def describe(nprocs, ranks_per_node, shm_bytes, shard) -> str:
     words = [f"{nprocs} rank{'s' if nprocs > 1 else ''}"]
     if ranks_per_node:
         words.append(f"PYAR_RANKS_PER_NODE={ranks_per_node}")
     if shm_bytes is not None:
         words.append(f"PYAR_SHM_BYTES={shm_bytes}")
+    if shard:
+        words.append(f"sweeps {shard}")
     return ", ".join(words)
 
 
-def case(nprocs, ranks_per_node=None, shm_bytes=None):
-    """A run of the matrix, its id e.g. ``np5-rpn2`` or ``np3-shm0``."""
+def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None):
+    """A run of the matrix, its id e.g. ``np5-rpn2`` or ``np3-shm0``; ``shard``: the half of
+    the sweeps it runs (PYAR_TEST_SHARD), None for all."""
     tail = (f"-rpn{ranks_per_node}" if ranks_per_node else "") + \
         ("" if shm_bytes is None else f"-shm{shm_bytes}")
-    return pytest.param(nprocs, ranks_per_node, shm_bytes, id=f"np{nprocs}{tail}")
+    return pytest.param(nprocs, ranks_per_node, shm_bytes, shard, id=f"np{nprocs}{tail}")
 
 
-@pytest.mark.parametrize("nprocs,ranks_per_node,shm_bytes", [
-    case(1), case(2), case(3), case(5), case(8),
-    case(5, 2), case(8, 3),         # emulated nodes of unequal size: 2+2+1 and 3+3+2
-    case(3, shm_bytes="0"),         # no shared-memory mailboxes: small plans on MPI requests
+@pytest.mark.parametrize("nprocs,ranks_per_node,shm_bytes,shard", [
+    case(1), case(2),
+    case(3, shard="0/2"), case(5, shard="0/2"), case(8, shard="0/2"),
+    case(5, 2, shard="1/2"), case(8, 3, shard="1/2"),   # emulated nodes of unequal size:
+                                                        # 2+2+1 and 3+3+2
+    case(3, shm_bytes="0", shard="1/2"),    # no shared-memory mailboxes: small plans on MPI
     case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI (the run
                                     # at 4 ranks: all mailboxes is 2, 3, 5 and 8's setting)
-def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, capsys):
+def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, capsys):
     env = {"PYAR_TEST_EXAMPLES": EXAMPLES}
+    if shard:
+        env["PYAR_TEST_SHARD"] = shard
     if ranks_per_node:
         env["PYAR_RANKS_PER_NODE"] = str(ranks_per_node)
     if shm_bytes is not None:
         env["PYAR_SHM_BYTES"] = shm_bytes
-    what = describe(nprocs, ranks_per_node, shm_bytes)
+    what = describe(nprocs, ranks_per_node, shm_bytes, shard)
     with capsys.disabled():
         print(f"\n[MPI matrix] tests/mpi on {what} ...", flush=True)
     start = time.monotonic()

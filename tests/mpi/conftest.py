@@ -2,6 +2,11 @@
 
 Hypothesis is derandomized so every rank draws the same examples, and every
 assertion is made collective (see ``agree``) so that ranks never go out of step.
+
+A test marked ``sweep`` enumerates cases (algorithms, layouts, sizes ...) with parametrize.
+``PYAR_TEST_SHARD=i/n`` keeps case k of each sweep where k % n == i and every other test:
+the matrix (tests/test_mpi_matrix.py) splits the sweeps between its two runs of one rank
+count, so that each case runs at every rank count, under one of the two settings.
 """
 
 import os
@@ -16,6 +21,28 @@ settings.register_profile(      # the matrix (tests/test_mpi_matrix.py) draws fe
     max_examples=int(os.environ.get("PYAR_TEST_EXAMPLES", "150")),
     suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False)
 settings.load_profile("mpi")
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = os.environ.get("PYAR_TEST_SHARD")
+    if not shard:
+        return
+    i, _, n = shard.partition("/")
+    if not (i.isdigit() and n.isdigit() and int(i) < int(n)):
+        raise pytest.UsageError(f"PYAR_TEST_SHARD={shard!r}: expected i/n, 0 <= i < n")
+    i, n = int(i), int(n)
+    cases: dict = {}            # each sweep's cases so far, in collection order (every rank's)
+    kept, left = [], []
+    for item in items:
+        if item.get_closest_marker("sweep") is not None:
+            sweep = item.nodeid.partition("[")[0]
+            k = cases[sweep] = cases.get(sweep, -1) + 1
+            if k % n != i:
+                left.append(item)
+                continue
+        kept.append(item)
+    config.hook.pytest_deselected(items=left)
+    items[:] = kept
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ def ops_for(dtype):
     return [op for op in Op if op is not Op.AVG or is_float(dtype)]
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_op_and_dtype(comm, algorithm):
     for dtype, op in dtype_op_grid(comm.size, ops_for):
@@ -32,6 +33,7 @@ def test_every_op_and_dtype(comm, algorithm):
                               library=algorithm == "mpi")
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_half_precision_nans_infinities_and_zeros(comm, dtype):
     """NaNs with a payload and sign per rank, infinities of both signs, signed zeros: pyar's
@@ -193,18 +195,19 @@ def test_large_calls_on_one_node_stream_through_mailboxes(comm):
     plan runs as a Stream (pyar.executors.mpi.Stream: its messages in pieces through shared
     memory), in place and in its out-of-place variant alike. Ranks that mix in place and out
     of place, and the lean path with the stepped one (a timeout), meet: each result is
-    MPI_Allreduce's, x left alone."""
+    MPI_Allreduce's, x left alone. (On a communicator of its own: the earlier tests' plans
+    may have taken all of COMM_WORLD's shared memory, as they do at 8 ranks.)"""
     from pyar.executors import shm
 
     count = RESIDENT_BYTES // 4 + 7 * comm.size + 3
-    pool = shm.pool_of(pyar.Comm.of(comm).mpi)
+    sub = comm.Dup()
     failures = []
     for i in range(6):
         x = sample(comm.rank, count, np.float32, "sum", seed=i)
         original = x.copy()
         in_place, timeout = (comm.rank + i) % 2 == 0, 30 if (comm.rank + i) % 3 == 0 else None
         try:
-            result = pyar.allreduce(x, x if in_place else None, algorithm="ring",
+            result = pyar.allreduce(x, x if in_place else None, algorithm="ring", comm=sub,
                                     timeout=timeout)
             if not in_place and not np.array_equal(x, original):
                 raise AssertionError(f"call {i}: x was modified")
@@ -214,10 +217,12 @@ def test_large_calls_on_one_node_stream_through_mailboxes(comm):
         except AssertionError as e:
             failures.append(str(e))
     agree(comm, not failures, "; ".join(failures[:2]))
-    plan = next(p for p in pyar.Comm.of(comm).plans.values() if p.count == count)
+    plan = next(p for p in pyar.Comm.of(sub).plans.values() if p.count == count)
     streams = [s for v in (plan, plan.out_of_place()) for s in v._streams.values()]
+    pool = shm.pool_of(pyar.Comm.of(sub).mpi)
     one_node = pool is not None and len(pool.local) == comm.size and \
         len(pool.segments[0]) >= 1 << 20
+    sub.Free()
     agree(comm, not one_node or len(streams) == 2 and all(streams),
           f"on one node with mailboxes: streams {streams}")
 

@@ -106,6 +106,7 @@ def contributions(spec, n, comm, seed):
     return every, b
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("n", [1, 300, 5000])
 @pytest.mark.parametrize("spec", ["fp16", "bf16", "int8", "topk:0.1"])
 def test_compressed_average_within_its_bound_and_identical_everywhere(comm, spec, n):

@@ -118,6 +118,7 @@ def shaped(collective, size, count):
     return (size, count) if len(record_of(collective).shapes(size, 1)[0]) > 1 else (count,)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("collective,algorithm", CASES)
 def test_every_op_dtype_count_and_root(comm, collective, algorithm):
     roots = sorted({0, comm.size - 1}) if record_of(collective).rooted else [0]
@@ -135,6 +136,7 @@ BACK_TO_BACK = [("allreduce", a) for a in pyar.algorithms() if a == "mpi" or
     [(c, a) for c, a in CASES if record_of(c).rooted]
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("collective,algorithm", BACK_TO_BACK)
 def test_calls_back_to_back_each_get_their_own_data(comm, collective, algorithm):
     """40 small calls in a row with nothing else between them, checked afterwards: a rank that

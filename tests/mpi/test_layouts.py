@@ -106,6 +106,7 @@ def out_for(collective, x, variant):
     return arrange(np.full(shape, 7, x.dtype), "strided")
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("collective,algorithm,count,layout,ndim,variant", list(cases()))
 def test_layout(comm, collective, algorithm, count, layout, ndim, variant):
     root = comm.size - 1

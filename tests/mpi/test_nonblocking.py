@@ -38,6 +38,7 @@ def same(a, b) -> bool:
     return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("collective,algorithm", CASES)
 def test_many_in_flight_completed_in_shuffled_orders(comm, collective, algorithm):
     """Six calls of two sizes (one small enough for mailboxes, one not) in flight, with a

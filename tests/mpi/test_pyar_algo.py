@@ -31,6 +31,7 @@ def call(name, x, algorithm):
     return pyar.collective(name, x.copy(), root=root, algorithm=algorithm, timeout=TIMEOUT)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("name", names())
 @pytest.mark.parametrize("value", ["ring", "recursive_doubling", "ring;allreduce:binomial"])
 def test_a_bare_name_runs_every_collective_as_the_library_does(comm, monkeypatch, name, value):

@@ -267,15 +267,17 @@ class _Repeat:
     A plan of up to RESIDENT_BYTES runs on a :class:`Resident`: the plan's own buffer (x
     copied in, the result out), or, once the same ``out`` array comes twice in a row, one
     bound to that array itself, as MPI's persistent collectives bind theirs (x copied in,
-    or nothing when in place). The bound array is held until another one is bound. A
-    larger one out of place runs the plan's out-of-place variant, which reads x itself.
+    or nothing when in place); out of place, bound to that call's x too (when contiguous
+    and apart from out), which the native program then copies itself while the same x
+    comes. The bound arrays are held until others are bound. A larger one out of place
+    runs the plan's out-of-place variant, which reads x itself.
     Only the lean paths: anything else (a deadline, a hook, requests in flight) takes the
     full path.
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
-                 "last", "bound", "target", "call", "entry", "sig", "dtype", "shape",
-                 "algorithm", "overrides", "generation")
+                 "last", "bound", "target", "source", "call", "entry", "sig", "dtype",
+                 "shape", "algorithm", "overrides", "generation")
 
     def __init__(self, op, algorithm, comm, c: Comm, plan: Plan, x, reduction: str,
                  avg: bool, call, sig=None):
@@ -288,23 +290,25 @@ class _Repeat:
         self.entry = (notice.fingerprint(call), call)
         self.resident = plan.resident(c.mpi, x.dtype, reduction, call)
         self.shaped = None if self.resident is None else self.resident.data.reshape(x.shape)
-        self.last = self.bound = self.target = None
+        self.last = self.bound = self.target = self.source = None
 
     def run(self, x, out, deadline=None):
         """The result, or None when ``out`` is not the simple case (then the full path runs);
         with a ``deadline``, a large call takes the full path too (its waits poll)."""
         if out is self.target and out is not None:
+            fill = x is self.source     # (the program copies it in)
             if out is x:                # (x's shape and dtype are the signature's)
                 if not x.flags.writeable:
                     return None         # MPI would write into it all the same
             else:
                 if out.dtype is not x.dtype or out.shape != x.shape:
                     return None     # (an equal dtype, not the same object: the full path)
-                out[...] = x
+                if not fill:
+                    out[...] = x
             c = self.c
             seq = c.seq = c.seq + 1
             c.recent[seq % _RECENT] = self.entry
-            self.bound.run(deadline, seq)
+            self.bound.run(deadline, seq, fill)
             if self.avg:
                 ops.finalize(self.bound.data, Op.AVG, self.c.size)
             return out
@@ -314,7 +318,7 @@ class _Repeat:
                 if not _writable_like(out, x):
                     return None
                 if out is self.last and out.flags.c_contiguous:
-                    return self._bind(out).run(x, out)
+                    return self._bind(out, x).run(x, out)
                 self.last = out
             shaped[...] = x
             c = self.c
@@ -355,13 +359,16 @@ class _Repeat:
             ops.finalize(data, Op.AVG, c.size)
         return result
 
-    def _bind(self, out) -> _Repeat:
-        """Run from now on in ``out``'s own memory (the previous binding is freed)."""
+    def _bind(self, out, x) -> _Repeat:
+        """Run from now on in ``out``'s own memory, and from ``x``'s where it can (the previous
+        binding is freed)."""
         if self.bound is not None:
             self.bound.free()
-        self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction,
-                                    self.call)
+        source = x is not out and x.flags.c_contiguous and not np.may_share_memory(x, out)
+        self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction, self.call,
+                                    x.reshape(-1) if source else None)
         self.target, self.last = out, None
+        self.source = x if self.bound.source is not None else None
         return self
 
 

@@ -453,15 +453,17 @@ class Plan:
         return found
 
     def bind(self, comm: MPI.Comm, data: np.ndarray, reduction: str | None,
-             call=None) -> Resident:
+             call=None, source: np.ndarray | None = None) -> Resident:
         """A :class:`Resident` running in ``data`` itself (1-D, contiguous, ``count`` elements,
         kept alive by it), freed with this plan at the latest; after a call of :meth:`run`
-        with its dtype and ``reduction`` (not collective itself)."""
+        with its dtype and ``reduction`` (not collective itself). ``source`` (1-D,
+        contiguous, as long, apart from ``data``, kept alive too): where a call may have
+        its program copy ``data``'s contents from (see :meth:`Resident.run`)."""
         if data.dtype.itemsize not in self._channels:
             raise RuntimeError("Plan.bind: run the plan once with this dtype first (its "
                                "mailboxes are set up then, collectively)")
         resident = Resident(self, comm, data.dtype, reduction, data,
-                            self._channels[data.dtype.itemsize], call)
+                            self._channels[data.dtype.itemsize], call, source)
         self._bound.add(resident)
         return resident
 
@@ -940,7 +942,7 @@ class Resident(_Program):
 
     def __init__(self, plan: Plan, comm: MPI.Comm, dtype: np.dtype, reduction: str | None,
                  data: np.ndarray | None = None, channels: shm.Channels | None = None,
-                 call=None):
+                 call=None, source: np.ndarray | None = None):
         self.data = np.empty(plan.count, dtype) if data is None else data
         self.channels, self.call = channels, call
         self.bufs = bufs = (self.data, np.empty(plan.scratch_count, dtype),
@@ -999,16 +1001,23 @@ class Resident(_Program):
                                              boxes, call))
         self.fingerprint = notice.fingerprint(call)
         # every message a mailbox: the whole call runs natively (kernels.mailbox)
-        self.program = None
+        self.program, self.source, self.start = None, None, 0   # start: a call's first row,
+                                                                # but a fill's
         if channels is not None and not any(step.requests for step in self.steps):
+            if source is not None:      # a local row, no wait: data = source (run(fill=True))
+                self.source, self.start = source, 1
+                rows.insert(0, (mailbox.COPY, 0, 0, source.ctypes.data, source.ctypes.data,
+                                self.data.ctypes.data, self.data.nbytes, 0))
+                waits.insert(0, None)
             self._load(rows, waits)
         _LIVE.add(self)
 
-    def run(self, deadline=None, seq: int = 0) -> None:
+    def run(self, deadline=None, seq: int = 0, fill: bool = False) -> None:
         """One call, number ``seq`` on its communicator: every step on ``data`` (the caller
         fills it and reads the result), each on its lean path (see :class:`_ResidentStep`),
-        every wait bounded by ``deadline`` (a ``time.monotonic()`` value) if given. (Flat:
-        the hot path of small calls.)"""
+        every wait bounded by ``deadline`` (a ``time.monotonic()`` value) if given. ``fill``:
+        the program fills ``data`` from its ``source`` (one it has) instead of the caller.
+        (Flat: the hot path of small calls.)"""
         channels, steps = self.channels, self.steps
         call = 0 if channels is None else channels.calls
         if call is None or steps is None:
@@ -1018,8 +1027,8 @@ class Resident(_Program):
                 for step in steps:
                     step.run(0, None, deadline, 0)
             elif self.program is not None:      # (the program makes the mark: _mark)
-                at = _native[0](self.address, self.rows, 0, call, self.fingerprint, seq,
-                                self.spins)
+                at = _native[0](self.address, self.rows, self.start - fill, call,
+                                self.fingerprint, seq, self.spins)
                 if at != self.rows:
                     self._resume(at, call, seq, deadline)
             else:

@@ -151,6 +151,35 @@ def test_small_messages_repeat_on_resident_and_bound_buffers(comm):
     agree(comm, any(bound), "no repeat ran on the caller's out bound to persistent requests")
 
 
+def test_a_repeated_x_and_out_bind_both_and_x_is_read_afresh_each_call(comm):
+    """Out of place, the same x and out twice in a row bind both: where the whole call runs
+    natively, its program copies x in itself (Resident's ``source``). x changed in place
+    between calls, another x with the same out, then the first x again: each result is
+    MPI_Allreduce's, in out, and x is left alone."""
+    from pyar import api
+
+    x, y, out = (np.empty((4, 10), np.int32) for _ in range(3))
+    failures = []
+    for i, (src, form) in enumerate([(x, "first"), (x, "binds"), (x, "repeats"),
+                                     (y, "another x"), (x, "the first again"), (x, "repeats")]):
+        src[...] = sample(comm.rank, src.size, np.int32, "sum", seed=i).reshape(src.shape)
+        original = src.copy()
+        try:
+            result = pyar.allreduce(src, out, algorithm="ring")
+            if result is not out:
+                raise AssertionError(f"call {i} ({form}): the result is not out")
+            if not np.array_equal(src, original):
+                raise AssertionError(f"call {i} ({form}): x was modified")
+            check_against_mpi(comm, result, original, "sum", f"call {i} ({form})")
+        except AssertionError as e:
+            failures.append(str(e))
+    agree(comm, not failures, "; ".join(failures[:2]))
+    bound = [r for r in api._repeats.values() if r.target is out]
+    native = bool(bound) and bound[0].bound.program is not None
+    agree(comm, bound and (bound[0].source is x) == native,
+          "out was not bound, or x was not bound with it where the program runs natively")
+
+
 @pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a != "mpi"])
 def test_large_out_of_place_reads_x_itself(comm, algorithm):
     """Above RESIDENT_BYTES an out-of-place allreduce runs the plan's out-of-place variant:

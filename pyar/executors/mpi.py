@@ -1001,8 +1001,8 @@ class Resident(_Program):
                                              boxes, call))
         self.fingerprint = notice.fingerprint(call)
         # every message a mailbox: the whole call runs natively (kernels.mailbox)
-        self.program, self.source, self.start = None, None, 0   # start: a call's first row,
-                                                                # but a fill's
+        # start: the first row of a call that does not fill data from source (run's fill)
+        self.program, self.source, self.start = None, None, 0
         if channels is not None and not any(step.requests for step in self.steps):
             if source is not None:      # a local row, no wait: data = source (run(fill=True))
                 self.source, self.start = source, 1

@@ -14,7 +14,10 @@ same schedules, which the first matrix's examples check already.)"""
 
 import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +75,31 @@ def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, capsys):
               flush=True)
     assert proc.returncode == 0, explain(proc)
     assert " passed" in proc.stdout and " failed" not in proc.stdout, explain(proc)
+
+
+
+def collected(shard=None) -> subprocess.CompletedProcess:
+    """pytest collecting tests/mpi (one process, no mpiexec) with PYAR_TEST_SHARD=shard."""
+    env = {k: v for k, v in os.environ.items() if k != "PYAR_TEST_SHARD"}
+    if shard is not None:
+        env["PYAR_TEST_SHARD"] = shard
+    return subprocess.run([sys.executable, "-m", "pytest", "tests/mpi", "--collect-only", "-q",
+                           "-p", "no:cacheprovider"], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=Path(__file__).parent.parent)
+
+
+def ids(proc) -> set:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {line for line in proc.stdout.splitlines() if "::" in line}
+
+
+def test_the_two_halves_hold_each_sweep_case_once_and_every_other_test():
+    every, first, second = (ids(collected(shard)) for shard in (None, "0/2", "1/2"))
+    both = first & second                  # the tests that are not sweeps
+    sweeps = every - both
+    assert first | second == every and any("test_layout[" in t for t in sweeps)
+    assert abs(len(first - both) - len(second - both)) <= len(sweeps) // 10
+    split = [{t.partition("[")[0] for t in half - both} for half in (first, second)]
+    assert split[0] == split[1], "a sweep went wholly into one half"
+    wrong = collected("2/2")
+    assert wrong.returncode != 0 and "expected i/n" in wrong.stdout + wrong.stderr

@@ -276,8 +276,8 @@ class _Repeat:
     """
 
     __slots__ = ("op", "comm", "c", "plan", "reduction", "avg", "resident", "shaped",
-                 "last", "bound", "target", "source", "call", "entry", "sig", "dtype",
-                 "shape", "algorithm", "overrides", "generation")
+                 "last", "bound", "target", "call", "entry", "sig", "dtype", "shape",
+                 "algorithm", "overrides", "generation")
 
     def __init__(self, op, algorithm, comm, c: Comm, plan: Plan, x, reduction: str,
                  avg: bool, call, sig=None):
@@ -290,13 +290,14 @@ class _Repeat:
         self.entry = (notice.fingerprint(call), call)
         self.resident = plan.resident(c.mpi, x.dtype, reduction, call)
         self.shaped = None if self.resident is None else self.resident.data.reshape(x.shape)
-        self.last = self.bound = self.target = self.source = None
+        self.last = self.bound = self.target = None
 
     def run(self, x, out, deadline=None):
         """The result, or None when ``out`` is not the simple case (then the full path runs);
         with a ``deadline``, a large call takes the full path too (its waits poll)."""
         if out is self.target and out is not None:
-            fill = x is self.source     # (the program copies it in)
+            bound = self.bound
+            fill = x is bound.source    # (the program copies it in)
             if out is x:                # (x's shape and dtype are the signature's)
                 if not x.flags.writeable:
                     return None         # MPI would write into it all the same
@@ -308,9 +309,9 @@ class _Repeat:
             c = self.c
             seq = c.seq = c.seq + 1
             c.recent[seq % _RECENT] = self.entry
-            self.bound.run(deadline, seq, fill)
+            bound.run(deadline, seq, fill)
             if self.avg:
-                ops.finalize(self.bound.data, Op.AVG, self.c.size)
+                ops.finalize(bound.data, Op.AVG, c.size)
             return out
         shaped = self.shaped
         if shaped is not None:
@@ -366,9 +367,8 @@ class _Repeat:
             self.bound.free()
         source = x is not out and x.flags.c_contiguous and not np.may_share_memory(x, out)
         self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction, self.call,
-                                    x.reshape(-1) if source else None)
+                                    x if source else None)
         self.target, self.last = out, None
-        self.source = x if self.bound.source is not None else None
         return self
 
 

@@ -456,9 +456,9 @@ class Plan:
              call=None, source: np.ndarray | None = None) -> Resident:
         """A :class:`Resident` running in ``data`` itself (1-D, contiguous, ``count`` elements,
         kept alive by it), freed with this plan at the latest; after a call of :meth:`run`
-        with its dtype and ``reduction`` (not collective itself). ``source`` (1-D,
-        contiguous, as long, apart from ``data``, kept alive too): where a call may have
-        its program copy ``data``'s contents from (see :meth:`Resident.run`)."""
+        with its dtype and ``reduction`` (not collective itself). ``source`` (C-contiguous,
+        as many bytes, apart from ``data``, kept alive too): where a call may have its
+        program copy ``data``'s contents from (see :meth:`Resident.run`)."""
         if data.dtype.itemsize not in self._channels:
             raise RuntimeError("Plan.bind: run the plan once with this dtype first (its "
                                "mailboxes are set up then, collectively)")
@@ -1008,7 +1008,7 @@ class Resident(_Program):
                 self.source, self.start = source, 1
                 rows.insert(0, (mailbox.COPY, 0, 0, source.ctypes.data, source.ctypes.data,
                                 self.data.ctypes.data, self.data.nbytes, 0))
-                waits.insert(0, None)
+                waits.insert(0, ("", None, None))
             self._load(rows, waits)
         _LIVE.add(self)
 

@@ -176,7 +176,7 @@ def test_a_repeated_x_and_out_bind_both_and_x_is_read_afresh_each_call(comm):
     agree(comm, not failures, "; ".join(failures[:2]))
     bound = [r for r in api._repeats.values() if r.target is out]
     native = bool(bound) and bound[0].bound.program is not None
-    agree(comm, bound and (bound[0].source is x) == native,
+    agree(comm, bound and (bound[0].bound.source is x) == native,
           "out was not bound, or x was not bound with it where the program runs natively")
 
 

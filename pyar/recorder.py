@@ -17,12 +17,12 @@ step, its number of steps, the peers it waited for and how long, read from
 a TimeoutError's message); ``asked`` the call's algorithm argument.
 
 :func:`dump` writes every live recorder of this process to
-``PYAR_DUMP_DIR/rank<R>.json`` (``R`` the rank in COMM_WORLD; default
+``PYAR_DUMP_DIR/rank<R>.json`` (one call a line; ``R`` the rank in COMM_WORLD; default
 directory ``./pyar-dump-<time>-<pid of rank 0>``, one per job): on a
 timeout, a mismatch or any other pyar error a call raises, on ``SIGUSR1``
 (when the handler runs: a rank blocked inside an MPI call runs it only once
 the call returns, so give the job a timeout), on :func:`peer_failed` (a
-peer's failure announced) and on ``pyar.dump()``. ``pyar doctor DIR`` reads
+peer's failure announced; once per failed call) and on ``pyar.dump()``. ``pyar doctor DIR`` reads
 the dumps. Cost on the 8 B fast path: one list made and appended, two clock
 reads, one frame lookup (BENCHMARKS.md: the ratio to MPI_Allreduce with and
 without it).
@@ -30,6 +30,7 @@ without it).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -216,10 +217,18 @@ def peer_failed(rank: int, message: str) -> Path | None:
 
 def _on_notice(comm, message: dict) -> None:
     """A notice sent or received (:mod:`pyar.executors.notice`): a peer's failure dumps here
-    at once, whatever this rank is doing (its own raises and dumps again, in its wait)."""
+    at once, whatever this rank is doing (its own raises and dumps again, in its wait); once
+    per failed call of a communicator, not once per peer telling of it (after a mismatch
+    every rank tells every other: n - 1 dumps of the same record on each rank)."""
     if message.get("kind") == "failed" and comm is not None and message["rank"] != comm.rank:
+        if _peer_dumped.get(comm) == message["seq"]:
+            return
+        _peer_dumped[comm] = message["seq"]
         peer_failed(message["rank"], f"{message['what']}: {message['error']}: "
                                      f"{message.get('text', '')}")
+
+
+_peer_dumped = weakref.WeakKeyDictionary()  # {Comm: the call a peer's failure of it dumped}
 
 
 def _record(entry: list, now: float, wall: float) -> dict:
@@ -236,9 +245,12 @@ def _record(entry: list, now: float, wall: float) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def line_of(code, offset: int) -> int | None:
     """The source line of the instruction at byte ``offset`` of ``code`` (a frame's
-    ``f_lasti``: what a record keeps, since ``f_lineno`` costs more to read)."""
+    ``f_lasti``: what a record keeps, since ``f_lineno`` costs more to read). Remembered: a
+    dump asks it for every record, most from one loop, and a long function's table takes
+    ~70 us to search."""
     for start, end, line in code.co_lines():
         if start <= offset < end:
             return line
@@ -279,13 +291,26 @@ def dump(reason: str = "pyar.dump()", error=None) -> Path | None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.write_text(_text(data))
         tmp.replace(path)
     except OSError as e:
         print(f"pyar: cannot write the flight record {path}: {e}", file=sys.stderr)
         return None
     _last_dump[:] = [path]
     return path
+
+
+def _text(data: dict) -> str:
+    """:func:`snapshot`'s ``data`` as JSON text, one call a line: json's C encoder (``indent=``
+    takes its Python one: a full recorder's 2,000 calls took 28 ms, now 7)."""
+    comms = []
+    for comm in data["comms"]:
+        head = json.dumps({k: v for k, v in comm.items() if k != "calls"})[:-1]
+        calls = ",\n  ".join(map(json.dumps, comm["calls"]))
+        comms.append(f'{head}, "calls": [\n  {calls}]}}')
+    head = json.dumps({k: v for k, v in data.items() if k != "comms"})[:-1]
+    rows = ",\n ".join(comms)
+    return f'{head}, "comms": [\n {rows}]}}\n'
 
 
 def last_dump() -> Path | None:

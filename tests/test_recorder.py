@@ -58,6 +58,26 @@ def test_the_ring_buffer_keeps_the_last_calls_and_zero_turns_it_off(tmp_path):
     assert json.loads(one_rank(code, PYAR_TRACE_BUFFER="0", PYAR_DUMP_DIR=str(tmp_path))) is None
 
 
+def test_a_peers_failure_dumps_once_per_call_one_call_a_line(tmp_path):
+    """After a mismatch every rank tells every other of its failure: a rank dumps on the
+    first telling of a call (not once per peer), and again for another call."""
+    code = ("import numpy as np, pyar, json; from pyar import recorder\n"
+            "c = pyar.Comm(); x = np.ones(3)\n"
+            "for _ in range(4): pyar.allreduce(x, comm=c)\n"
+            "dumped, dump = [], recorder.dump\n"
+            "recorder.dump = lambda *a: dumped.append(a[0]) or dump(*a)\n"
+            "for rank, seq in ((1, 4), (2, 4), (3, 4), (1, 5), (2, 5)):\n"
+            "    recorder._on_notice(c, {'kind': 'failed', 'rank': rank, 'seq': seq,\n"
+            "                            'what': f'allreduce #{seq}', 'error': 'E', 'text': ''})\n"
+            "print(json.dumps(dumped)); print(open(recorder.last_dump()).read())")
+    told, text = one_rank(code, PYAR_DUMP_DIR=str(tmp_path)).split("\n", 1)
+    assert json.loads(told) == ["rank 1 failed", "rank 1 failed"]
+    calls = json.loads(text)["comms"][-1]["calls"]
+    assert [c["seq"] for c in calls] == [1, 2, 3, 4]
+    assert [line.strip()[:10] for line in text.splitlines() if '"collective"' in line and
+            '"state": "done"' in line] == ['{"seq": 1,', '{"seq": 2,', '{"seq": 3,', '{"seq": 4,']
+
+
 def test_a_bad_buffer_size_says_what_it_takes(monkeypatch):
     from pyar import settings
 

@@ -11,12 +11,21 @@ from pyar import launch
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# More ranks than cores: MPICH's own waits (the tests' reference collectives and agree())
+# spin on sched_yield and take the cores of the ranks they wait for; its heavy yield sleeps
+# instead. tests/mpi at 8 ranks on 2 cores: 102 - 106 s -> 71 - 76 s. (Open MPI's like
+# setting, threads_pthreads_yield_strategy=nanosleep, made its run slower: 55 -> 78 s.)
+SHARED_CORES = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+
+
 def run(nprocs: int, *args: str, timeout: int = 300, env=None) -> subprocess.CompletedProcess:
     """``mpiexec -n nprocs python -m mpi4py ARGS`` in the repository root, bounded by
-    ``timeout``, with what that mpiexec needs here (:func:`pyar.launch.launch_settings`)."""
+    ``timeout``, with what that mpiexec needs here (:func:`pyar.launch.launch_settings`;
+    :data:`SHARED_CORES` where ranks outnumber cores)."""
+    shared = SHARED_CORES if nprocs > len(os.sched_getaffinity(0)) else {}
     command, environ = launch.mpiexec_command(
         launch.find_mpiexec(), nprocs, sys.executable, "-m", "mpi4py", *args,
-        environ={**os.environ, **(env or {})})
+        environ={**shared, **os.environ, **(env or {})})
     return subprocess.run(["timeout", "-k", "10", str(timeout), *command], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout + 30, env=environ)
 

@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # More ranks than cores: MPICH's own waits (the tests' reference collectives and agree())
 # spin on sched_yield and take the cores of the ranks they wait for; its heavy yield sleeps
-# instead. tests/mpi at 8 ranks on 2 cores: 102 - 106 s -> 71 - 76 s. (Open MPI's like
-# setting, threads_pthreads_yield_strategy=nanosleep, made its run slower: 55 -> 78 s.)
+# instead. tests/mpi at 8 ranks on 2 cores, half the sweeps, on a noisy machine: 85, 95 and
+# 106 s without, 77, 77, 88, 90 and 91 s with. (Open MPI's like setting,
+# threads_pthreads_yield_strategy=nanosleep: 55 s without, 78 s with, one run each.)
 SHARED_CORES = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
 
 

@@ -14,6 +14,10 @@ from pyar.compression.cast import Cast
 from pyar.compression.int8 import CHUNK, Int8, dequantize, quantize
 from pyar.compression.topk import TopK
 
+# The drawn gradients' heavy tails reach beyond float16's range: the cast to its inf is
+# documented (pyar.compression.cast), and numpy's warning of it expected.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+
 finite = st.floats(-1e4, 1e4, width=32).filter(lambda v: v == 0 or abs(v) > 1e-30)
 
 
@@ -116,9 +120,8 @@ def test_error_feedback_keeps_the_residual_exactly(spec, g1):
     for step in range(3):
         g = g1 * np.float32(step + 1)
         p = g + state.residual
-        with np.errstate(over="ignore"):           # (a cast to float16's inf: drawn here)
-            _, decoded = t.contribution(p.copy(), 1)
-            result = run(t.reduce(g, state, c))
+        _, decoded = t.contribution(p.copy(), 1)
+        result = run(t.reduce(g, state, c))
         kept = p - decoded
         kept[~np.isfinite(kept)] = 0
         assert np.array_equal(state.residual, kept)

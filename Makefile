@@ -54,7 +54,7 @@ run: $(VENV)/.kernels
 	  --json $(BENCH_OUT).json --plot $(BENCH_OUT).png
 
 # Everything: the pure tests on TEST_JOBS pytest workers (pytest-xdist: one alone leaves a
-# core idle while a test waits for a timeout or a single-process job; 246 s -> 171 s here),
+# core idle while a test waits for a timeout or a single-process job; 246 s -> 157 - 180 s),
 # their 20 slowest at the end; then the MPI matrix, one run at a time (each says its rank
 # count, setting and time as it goes).
 TEST_JOBS ?= 2

@@ -5,14 +5,14 @@ plans' messages less shared memory (PYAR_SHM_BYTES): none, or enough for a few p
 Each run says, past pytest's capture, which rank count and setting it is running and how
 long it took (and the tests/mpi tally), so `make test` shows where it is. Each run draws
 PYAR_TEST_EXAMPLES (here PYAR_MATRIX_EXAMPLES, default 50) hypothesis examples per property,
-instead of the 150 a single `make test-mpi` run draws: nine runs at different rank counts check
-more than one. The two runs at 3 and at 8 ranks split the sweeps (tests marked ``sweep``,
-enumerated cases: PYAR_TEST_SHARD, tests/mpi/conftest.py) between them: each case runs at
-each rank count once, flat with mailboxes or under the setting, and every other test in
-both. 5 ranks run once, everything, on emulated nodes (a flat run there rechecked what the
-flat runs at 3 and 8 ranks check, and took 63 s). (CI's second matrix,
-under Open MPI, draws fewer: it checks another library under the same schedules, which the
-first matrix's examples check already.)"""
+instead of the 150 a single `make test-mpi` run draws: eight runs at different rank counts
+check more than one. The two runs at 3 and at 8 ranks split the sweeps (tests marked
+``sweep``, enumerated cases: PYAR_TEST_SHARD, tests/mpi/conftest.py) between them: each case
+runs at each rank count once, flat with mailboxes or under the setting, and every other test
+in both. 5 ranks run once, everything, on emulated nodes (a flat run there rechecked what the
+flat runs at 3 and 8 ranks check, and took 63 s). (CI's second matrix, under Open MPI, draws
+fewer: it checks another library under the same schedules, which the first matrix's examples
+check already.)"""
 
 import os
 import re

@@ -19,11 +19,10 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from launch import explain, run
+from launch import ROOT, explain, run
 
 EXAMPLES = os.environ.get("PYAR_MATRIX_EXAMPLES", "50")
 
@@ -78,7 +77,6 @@ def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, capsys):
     assert " passed" in proc.stdout and " failed" not in proc.stdout, explain(proc)
 
 
-
 def collected(shard=None) -> subprocess.CompletedProcess:
     """pytest collecting tests/mpi (one process, no mpiexec) with PYAR_TEST_SHARD=shard."""
     env = {k: v for k, v in os.environ.items() if k != "PYAR_TEST_SHARD"}
@@ -86,7 +84,7 @@ def collected(shard=None) -> subprocess.CompletedProcess:
         env["PYAR_TEST_SHARD"] = shard
     return subprocess.run([sys.executable, "-m", "pytest", "tests/mpi", "--collect-only", "-q",
                            "-p", "no:cacheprovider"], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=Path(__file__).parent.parent)
+                          timeout=120, env=env, cwd=ROOT)
 
 
 def ids(proc) -> set:

@@ -5,14 +5,15 @@ plans' messages less shared memory (PYAR_SHM_BYTES): none, or enough for a few p
 Each run says, past pytest's capture, which rank count and setting it is running and how
 long it took (and the tests/mpi tally), so `make test` shows where it is. Each run draws
 PYAR_TEST_EXAMPLES (here PYAR_MATRIX_EXAMPLES, default 50) hypothesis examples per property,
-instead of the 150 a single `make test-mpi` run draws: eight runs at different rank counts
-check more than one. The two runs at 3 and at 8 ranks split the sweeps (tests marked
+instead of the 150 a single `make test-mpi` run draws: nine runs at different rank counts
+check more than one. The two runs at 3, 5 and 8 ranks split the sweeps (tests marked
 ``sweep``, enumerated cases: PYAR_TEST_SHARD, tests/mpi/conftest.py) between them: each case
 runs at each rank count once, flat with mailboxes or under the setting, and every other test
-in both. 5 ranks run once, everything, on emulated nodes (a flat run there rechecked what the
-flat runs at 3 and 8 ranks check, and took 63 s). (CI's second matrix, under Open MPI, draws
-fewer: it checks another library under the same schedules, which the first matrix's examples
-check already.)"""
+in both. (5 ranks on emulated nodes with every sweep case, in one run instead of two, passed
+three times and once crashed at exit: MPICH asserted shm_seg != NULL in MPI_Win_free, from
+MPI_Comm_free, after all 847 tests had passed; not yet understood.) (CI's second matrix, under
+Open MPI, draws fewer: it checks another library under the same schedules, which the first
+matrix's examples check already.)"""
 
 import os
 import re
@@ -48,11 +49,12 @@ def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None):
 
 @pytest.mark.parametrize("nprocs,ranks_per_node,shm_bytes,shard", [
     case(1), case(2),
-    case(3, shard="0/2"), case(8, shard="0/2"),
-    case(5, 2), case(8, 3, shard="1/2"),    # emulated nodes of unequal size: 2+2+1, 3+3+2
+    case(3, shard="0/2"), case(5, shard="0/2"), case(8, shard="0/2"),
+    case(5, 2, shard="1/2"), case(8, 3, shard="1/2"),   # emulated nodes of unequal size:
+                                                        # 2+2+1 and 3+3+2
     case(3, shm_bytes="0", shard="1/2"),    # no shared-memory mailboxes: small plans on MPI
     case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI (the run
-                                    # at 4 ranks: all mailboxes is 2, 3 and 8's setting)
+                                    # at 4 ranks: all mailboxes is 2, 3, 5 and 8's setting)
 def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, capsys):
     env = {"PYAR_TEST_EXAMPLES": EXAMPLES}
     if shard:

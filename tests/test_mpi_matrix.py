@@ -4,16 +4,17 @@ plans' messages less shared memory (PYAR_SHM_BYTES): none, or enough for a few p
 
 Each run says, past pytest's capture, which rank count and setting it is running and how
 long it took (and the tests/mpi tally), so `make test` shows where it is. Each run draws
-PYAR_TEST_EXAMPLES (here PYAR_MATRIX_EXAMPLES, default 50) hypothesis examples per property,
-instead of the 150 a single `make test-mpi` run draws: nine runs at different rank counts
-check more than one. The two runs at 3, 5 and 8 ranks split the sweeps (tests marked
-``sweep``, enumerated cases: PYAR_TEST_SHARD, tests/mpi/conftest.py) between them: each case
-runs at each rank count once, flat with mailboxes or under the setting, and every other test
-in both. (5 ranks on emulated nodes with every sweep case, in one run instead of two, passed
-three times and once crashed at exit: MPICH asserted shm_seg != NULL in MPI_Win_free, from
-MPI_Comm_free, after all 847 tests had passed; not yet understood.) (CI's second matrix, under
-Open MPI, draws fewer: it checks another library under the same schedules, which the first
-matrix's examples check already.)"""
+PYAR_TEST_EXAMPLES (here PYAR_MATRIX_EXAMPLES, default 25) hypothesis examples per property,
+instead of the 150 a single `make test-mpi` run draws, from a seed of its own (its id, e.g.
+``--hypothesis-seed=np8-rpn3``: what reproduces a failure): the runs draw different examples,
+so that a property is checked on 25 x 9 of them in all. The two runs at 3, 5 and 8 ranks
+split the sweeps (tests marked ``sweep``, enumerated cases: PYAR_TEST_SHARD,
+tests/mpi/conftest.py) between them: each case runs at each rank count once, flat with
+mailboxes or under the setting, and every other test in both. (5 ranks on emulated nodes with
+every sweep case, in one run instead of two, passed three times and once crashed at exit:
+MPICH asserted shm_seg != NULL in MPI_Win_free, from MPI_Comm_free, after all 847 tests had
+passed; not yet understood.) (CI's second matrix, under Open MPI, draws fewer: it checks
+another library under the same schedules, which the first matrix's examples check already.)"""
 
 import os
 import re
@@ -25,7 +26,7 @@ import pytest
 
 from launch import ROOT, explain, run
 
-EXAMPLES = os.environ.get("PYAR_MATRIX_EXAMPLES", "50")
+EXAMPLES = os.environ.get("PYAR_MATRIX_EXAMPLES", "25")
 
 
 def describe(nprocs, ranks_per_node, shm_bytes, shard) -> str:
@@ -55,7 +56,7 @@ def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None):
     case(3, shm_bytes="0", shard="1/2"),    # no shared-memory mailboxes: small plans on MPI
     case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI (the run
                                     # at 4 ranks: all mailboxes is 2, 3, 5 and 8's setting)
-def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, capsys):
+def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, capsys, request):
     env = {"PYAR_TEST_EXAMPLES": EXAMPLES}
     if shard:
         env["PYAR_TEST_SHARD"] = shard
@@ -63,13 +64,13 @@ def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, capsys):
         env["PYAR_RANKS_PER_NODE"] = str(ranks_per_node)
     if shm_bytes is not None:
         env["PYAR_SHM_BYTES"] = shm_bytes
-    what = describe(nprocs, ranks_per_node, shm_bytes, shard)
+    what, seed = describe(nprocs, ranks_per_node, shm_bytes, shard), request.node.callspec.id
     with capsys.disabled():
-        print(f"\n[MPI matrix] tests/mpi on {what} ...", flush=True)
+        print(f"\n[MPI matrix] tests/mpi on {what} (--hypothesis-seed={seed}) ...", flush=True)
     start = time.monotonic()
     proc = run(nprocs, "-m", "pytest", "tests/mpi", "-q", "--capture=sys", "-p",
                "no:cacheprovider", "--color=no", "--timeout=240", "--timeout-method=thread",
-               timeout=400, env=env)
+               f"--hypothesis-seed={seed}", timeout=400, env=env)
     tally = re.findall(r"^=*\s*(\d+ passed.*?) in [\d.]+s", proc.stdout, re.M)
     with capsys.disabled():
         print(f"[MPI matrix] {what}: {'ok' if proc.returncode == 0 else 'FAILED'} in "

@@ -1,7 +1,8 @@
 """Run under mpiexec: every rank runs the same tests in the same order.
 
-Hypothesis is derandomized so every rank draws the same examples, and every
-assertion is made collective (see ``agree``) so that ranks never go out of step.
+Hypothesis is derandomized (or seeded alike: ``--hypothesis-seed``) so every rank draws the
+same examples, and every assertion is made collective (see ``agree``) so that ranks never go
+out of step.
 
 A test marked ``sweep`` enumerates cases (algorithms, layouts, sizes ...) with parametrize.
 ``PYAR_TEST_SHARD=i/n`` keeps case k of each sweep where k % n == i and every other test:
@@ -16,11 +17,17 @@ import pytest
 from hypothesis import HealthCheck, settings
 from mpi4py import MPI
 
-settings.register_profile(      # the matrix (tests/test_mpi_matrix.py) draws fewer per run
-    "mpi", derandomize=True, database=None, deadline=None,
-    max_examples=int(os.environ.get("PYAR_TEST_EXAMPLES", "150")),
-    suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False)
-settings.load_profile("mpi")
+
+def pytest_configure(config):
+    """Every rank draws the same examples: hypothesis derandomized, or seeded alike on every
+    rank by ``--hypothesis-seed`` (the matrix, tests/test_mpi_matrix.py, gives each of its runs
+    a seed of its own, and draws fewer examples per run)."""
+    seeded = config.getoption("--hypothesis-seed", None) is not None
+    settings.register_profile(
+        "mpi", derandomize=not seeded, database=None, deadline=None,
+        max_examples=int(os.environ.get("PYAR_TEST_EXAMPLES", "150")),
+        suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False)
+    settings.load_profile("mpi")
 
 
 def pytest_collection_modifyitems(config, items):

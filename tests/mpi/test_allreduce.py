@@ -180,6 +180,7 @@ def test_a_repeated_x_and_out_bind_both_and_x_is_read_afresh_each_call(comm):
           "out was not bound, or x was not bound with it where the program runs natively")
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a != "mpi"])
 def test_large_out_of_place_reads_x_itself(comm, algorithm):
     """Above RESIDENT_BYTES an out-of-place allreduce runs the plan's out-of-place variant:

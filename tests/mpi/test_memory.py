@@ -19,6 +19,7 @@ COUNT = 4 << 20             # float32 elements: a 16 MiB buffer, far past RESIDE
 BOOKKEEPING = 64 << 10      # bytes: the compiled plan's Python objects
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("variant", ["new", "out", "in_place"])
 @pytest.mark.parametrize("algorithm", ["auto", "ring", "rabenseifner"])
 def test_a_large_allreduce_allocates_at_most_one_buffer_beyond_its_result(comm, algorithm,

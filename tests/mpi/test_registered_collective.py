@@ -21,6 +21,7 @@ from test_new_collective import GATHER, register
 register()                  # (its algorithm with auto=True: auto chooses from it too)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("algorithm", ["linear", "mpi"])
 def test_gather_through_the_api(comm, algorithm):
     size, rank = comm.size, comm.rank

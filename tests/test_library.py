@@ -4,12 +4,13 @@ collective probes run under MPI in tests/mpi/test_library.py."""
 
 import os
 import stat
+import time
 
 import pytest
 from mpi4py import MPI
 
 from pyar import launch, library, tuner
-from pyar.executors import shm
+from pyar.executors import progress, shm
 
 VERSIONS = [
     ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11",
@@ -100,6 +101,18 @@ def test_a_pool_on_one_rank_counts_its_cores_and_is_not_oversubscribed():
     pool = shm.pool_of(comm)
     assert pool.cores == len(os.sched_getaffinity(0)) >= 1 and not pool.oversubscribed
     comm.Free()
+
+
+@pytest.mark.parametrize("napping", [False, True])
+def test_a_stalled_wait_naps_only_on_an_oversubscribed_node(monkeypatch, napping):
+    """Past NAP_AFTER a wait sleeps NAP between polls where napping is set (a Pool found its
+    node oversubscribed); elsewhere it only yields, however long it waits."""
+    slept = []
+    monkeypatch.setattr(progress, "napping", napping)
+    monkeypatch.setattr(progress, "_sleep", slept.append)
+    until = time.monotonic() + 20 * progress.NAP_AFTER
+    progress.wait_for(lambda: time.monotonic() > until, None, None)
+    assert (set(slept) == {progress.NAP}) if napping else not slept
 
 
 def test_the_saturation_probe_agrees_with_one_overflow_the_library_folds_itself():

@@ -199,7 +199,8 @@ class Pool:
     Made collectively (by :func:`pool_of`); freed collectively by :meth:`free`. It also
     finds out whether the node has a processor for each of the communicator's ranks on it
     (``cores``, ``oversubscribed``); once a pool has found its node oversubscribed, every
-    wait in :func:`await_stamp` yields early.
+    wait in :func:`await_stamp` yields early, and every stalled wait naps
+    (:data:`.progress.napping`).
     """
 
     def __init__(self, comm: MPI.Comm, nbytes: int):
@@ -209,6 +210,7 @@ class Pool:
         self.oversubscribed = shared.Get_size() > self.cores
         if self.oversubscribed:             # polling then takes a core a peer needs
             _patience[0] = 0.0
+            progress.napping = True
         per_node = settings.current().ranks_per_node
         emulated = Topology.regular(size, per_node).node_of[rank] if per_node else 0
         self.node = shared.Split(emulated, rank)

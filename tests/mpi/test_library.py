@@ -6,7 +6,7 @@ from mpi4py import MPI
 
 from checks import agree
 from pyar import library
-from pyar.executors import shm
+from pyar.executors import progress, shm
 
 
 def test_shared_windows_work_and_every_rank_of_a_node_reports_the_same(comm):
@@ -40,5 +40,6 @@ def test_a_pool_knows_whether_its_node_has_a_core_for_each_rank(comm):
           f"{pool.cores} cores, oversubscribed {pool.oversubscribed}; expected "
           f"{len(cores)}, {expected}")
     agree(comm, not expected or shm._patience[0] == 0.0, "an oversubscribed node polls on")
+    agree(comm, not expected or progress.napping, "an oversubscribed node's waits do not nap")
     node.Free()
     mine.Free()

@@ -6,14 +6,21 @@ Each run says, past pytest's capture, which rank count and setting it is running
 long it took (and the tests/mpi tally), so `make test` shows where it is. Each run draws
 PYAR_TEST_EXAMPLES (here PYAR_MATRIX_EXAMPLES, default 25) hypothesis examples per property,
 instead of the 150 a single `make test-mpi` run draws, from a seed of its own (its id, e.g.
-``--hypothesis-seed=np8-rpn3``: what reproduces a failure): the runs draw different examples,
-so that a property is checked on 25 x 9 of them in all. The two runs at 3, 5 and 8 ranks
-split the sweeps (tests marked ``sweep``, enumerated cases: PYAR_TEST_SHARD,
-tests/mpi/conftest.py) between them: each case runs at each rank count once, flat with
-mailboxes or under the setting, and every other test in both. (5 ranks on emulated nodes with
-every sweep case, in one run instead of two, passed three times and once crashed at exit:
-MPICH asserted shm_seg != NULL in MPI_Win_free, from MPI_Comm_free, after all 847 tests had
-passed; not yet understood.) (CI's second matrix, under Open MPI, draws fewer: it checks
+``--hypothesis-seed=np8-rpn3``: what reproduces a failure): the runs draw different examples.
+
+Two runs share each of 3, 5 and 8 ranks (PYAR_TEST_SHARD, tests/mpi/conftest.py): at 3 and
+5 ranks they split the sweeps (tests marked ``sweep``, enumerated cases) and both run every
+other test, flat with mailboxes and under the setting (no mailboxes at 3, emulated nodes at
+5); at 8 ranks, the matrix's longest runs (84 - 97 s each when both ran every other test),
+they split every test, flat and on emulated nodes. Each sweep case runs at every rank count.
+(Splitting every test at 5 ranks too hung the Open MPI matrix: on emulated nodes,
+test_a_rank_left_waiting_on_a_mailbox_times_out followed by
+test_a_short_message_is_an_error_not_stale_data waits for ever in the second's first
+MPI_Allreduce, at 2, 3 and 5 ranks with PYAR_RANKS_PER_NODE=2 under Open MPI 5.0.11; not
+yet understood, see the commit that reverted it.) (5 ranks on emulated nodes with every
+sweep case, in one run instead of two, passed three times and once crashed at exit: MPICH
+asserted shm_seg != NULL in MPI_Win_free, from MPI_Comm_free, after all 847 tests had passed;
+not yet understood.) (CI's second matrix, under Open MPI, draws fewer examples: it checks
 another library under the same schedules, which the first matrix's examples check already.)"""
 
 import os
@@ -50,9 +57,9 @@ def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None):
 
 @pytest.mark.parametrize("nprocs,ranks_per_node,shm_bytes,shard", [
     case(1), case(2),
-    case(3, shard="0/2"), case(5, shard="0/2"), case(8, shard="0/2"),
-    case(5, 2, shard="1/2"), case(8, 3, shard="1/2"),   # emulated nodes of unequal size:
-                                                        # 2+2+1 and 3+3+2
+    case(3, shard="0/2"), case(5, shard="0/2"), case(8, shard="1/2:all"),
+    case(5, 2, shard="1/2"), case(8, 3, shard="0/2:all"),   # emulated nodes of unequal size:
+                                                            # 2+2+1 and 3+3+2
     case(3, shm_bytes="0", shard="1/2"),    # no shared-memory mailboxes: small plans on MPI
     case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI (the run
                                     # at 4 ranks: all mailboxes is 2, 3, 5 and 8's setting)
@@ -95,7 +102,7 @@ def ids(proc) -> set:
     return {line for line in proc.stdout.splitlines() if "::" in line}
 
 
-def test_the_two_halves_hold_each_sweep_case_once_and_every_other_test():
+def test_the_two_halves_hold_each_sweep_case_once_and_every_other_test_or_half_of_them():
     every, first, second = (ids(collected(shard)) for shard in (None, "0/2", "1/2"))
     both = first & second                  # the tests that are not sweeps
     sweeps = every - both
@@ -103,5 +110,10 @@ def test_the_two_halves_hold_each_sweep_case_once_and_every_other_test():
     assert abs(len(first - both) - len(second - both)) <= len(sweeps) // 10
     split = [{t.partition("[")[0] for t in half - both} for half in (first, second)]
     assert split[0] == split[1], "a sweep went wholly into one half"
-    wrong = collected("2/2")
-    assert wrong.returncode != 0 and "expected i/n" in wrong.stdout + wrong.stderr
+    halves = [ids(collected(f"{i}/2:all")) for i in (0, 1)]
+    assert halves[0] | halves[1] == every and not halves[0] & halves[1]
+    assert halves[0] & sweeps == first - both      # the sweeps split as without :all
+    others = [len(half - sweeps) for half in halves]
+    assert abs(others[0] - others[1]) <= 1, others
+    for wrong in (collected("2/2"), collected("0/2:some")):
+        assert wrong.returncode != 0 and "expected i/n" in wrong.stdout + wrong.stderr

@@ -5,9 +5,11 @@ same examples, and every assertion is made collective (see ``agree``) so that ra
 out of step.
 
 A test marked ``sweep`` enumerates cases (algorithms, layouts, sizes ...) with parametrize.
-``PYAR_TEST_SHARD=i/n`` keeps case k of each sweep where k % n == i and every other test:
-the matrix (tests/test_mpi_matrix.py) splits the sweeps between its two runs of one rank
-count, so that each case runs at every rank count, under one of the two settings.
+``PYAR_TEST_SHARD=i/n`` keeps case k of each sweep where k % n == i and every other test;
+``PYAR_TEST_SHARD=i/n:all`` splits the other tests too (test k of them, in collection order,
+where k % n == i). The matrix (tests/test_mpi_matrix.py) splits the sweeps between its two
+runs of one rank count, so that each case runs at every rank count, under one of the two
+settings; at 8 ranks, every test.
 """
 
 import os
@@ -34,16 +36,19 @@ def pytest_collection_modifyitems(config, items):
     shard = os.environ.get("PYAR_TEST_SHARD")
     if not shard:
         return
-    i, _, n = shard.partition("/")
-    if not (i.isdigit() and n.isdigit() and int(i) < int(n)):
-        raise pytest.UsageError(f"PYAR_TEST_SHARD={shard!r}: expected i/n, 0 <= i < n")
+    spec, colon, every = shard.partition(":")
+    i, _, n = spec.partition("/")
+    if not (i.isdigit() and n.isdigit() and int(i) < int(n)) or every != ("all" if colon else ""):
+        raise pytest.UsageError(f"PYAR_TEST_SHARD={shard!r}: expected i/n or i/n:all, "
+                                f"0 <= i < n")
     i, n = int(i), int(n)
-    cases: dict = {}            # each sweep's cases so far, in collection order (every rank's)
-    kept, left = [], []
+    cases: dict = {}            # each sweep's cases so far, in collection order (every rank's);
+    kept, left = [], []         # under None, the other tests' (when every test is split)
     for item in items:
-        if item.get_closest_marker("sweep") is not None:
-            sweep = item.nodeid.partition("[")[0]
-            k = cases[sweep] = cases.get(sweep, -1) + 1
+        sweep = item.get_closest_marker("sweep") is not None
+        if sweep or every:
+            key = item.nodeid.partition("[")[0] if sweep else None
+            k = cases[key] = cases.get(key, -1) + 1
             if k % n != i:
                 left.append(item)
                 continue

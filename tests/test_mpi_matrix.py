@@ -43,13 +43,13 @@ def describe(nprocs, ranks_per_node, shm_bytes, shard) -> str:
     if shm_bytes is not None:
         words.append(f"PYAR_SHM_BYTES={shm_bytes}")
     if shard:
-        words.append(f"sweeps {shard}")
+        words.append(f"PYAR_TEST_SHARD={shard}")
     return ", ".join(words)
 
 
 def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None):
-    """A run of the matrix, its id e.g. ``np5-rpn2`` or ``np3-shm0``; ``shard``: the half of
-    the sweeps it runs (PYAR_TEST_SHARD), None for all."""
+    """A run of the matrix, its id e.g. ``np5-rpn2`` or ``np3-shm0``; ``shard``: the part of
+    tests/mpi it runs (PYAR_TEST_SHARD), None for all."""
     tail = (f"-rpn{ranks_per_node}" if ranks_per_node else "") + \
         ("" if shm_bytes is None else f"-shm{shm_bytes}")
     return pytest.param(nprocs, ranks_per_node, shm_bytes, shard, id=f"np{nprocs}{tail}")

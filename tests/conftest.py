@@ -45,7 +45,8 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Mark ``mpiexec`` every test whose function calls launch.run (tests/launch.py) or runs
-    ``make``: what makes the whole suite slow, and what ``make test-quick`` leaves out."""
+    ``make``: what makes the whole suite slow, and what ``make test-quick`` leaves out. (A
+    module whose jobs start elsewhere, in a fixture or in pyar verify, marks itself.)"""
     import dis
 
     import launch

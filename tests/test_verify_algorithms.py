@@ -5,7 +5,11 @@ full sweep at 1..8 ranks is ``make verify``."""
 import subprocess
 import sys
 
+import pytest
+
 import pyar
+
+pytestmark = pytest.mark.mpiexec        # (pyar verify starts the MPI jobs)
 
 
 def test_every_pyar_allreduce_algorithm_passes_pyar_verify(tmp_path):

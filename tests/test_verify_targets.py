@@ -13,6 +13,7 @@ import pytest
 
 from pyar.verify import check
 
+pytestmark = pytest.mark.mpiexec        # (pyar.verify.check starts the MPI jobs)
 HERE = Path(__file__).parent / "verify_targets"
 BROKEN = HERE / "broken.py"
 CASE_TIMEOUT = 5

@@ -17,6 +17,7 @@ from launch import explain, run  # noqa: E402
 
 from pyar import doctor  # noqa: E402
 
+pytestmark = pytest.mark.mpiexec        # (every test's job, some started by a fixture)
 TIMEOUT = 1.0
 NPROCS, CULPRIT = 3, 2
 # scenario -> what pyar doctor must say (every piece must appear in its report)

@@ -16,8 +16,8 @@ they split every test, flat and on emulated nodes. Each sweep case runs at every
 (Splitting every test at 5 ranks too hung the Open MPI matrix: on emulated nodes,
 test_a_rank_left_waiting_on_a_mailbox_times_out followed by
 test_a_short_message_is_an_error_not_stale_data waits for ever in the second's first
-MPI_Allreduce, at 2, 3 and 5 ranks with PYAR_RANKS_PER_NODE=2 under Open MPI 5.0.11; not
-yet understood, see the commit that reverted it.) (5 ranks on emulated nodes with every
+MPI_Allreduce, at 2, 3 and 5 ranks with PYAR_RANKS_PER_NODE=2 under Open MPI 5.0.11; with
+the first's failed notice not sent, both pass: see 399c67b and the issue's closing note.) (5 ranks on emulated nodes with every
 sweep case, in one run instead of two, passed three times and once crashed at exit: MPICH
 asserted shm_seg != NULL in MPI_Win_free, from MPI_Comm_free, after all 847 tests had passed;
 not yet understood.) (CI's second matrix, under Open MPI, draws fewer examples: it checks

@@ -22,10 +22,9 @@ is in flight, still meet), yields the core after a few polls (or, on a node
 with more ranks than processors, sleeps between polls once the wait has gone
 on a moment: :data:`napping`), and raises :class:`pyar.TimeoutError` naming
 the collective, its sequence number on the communicator, the step and the
-peer. :data:`hook`, when set, is called
-as ``hook(event, run, step)`` for every step's events and ``"done"`` of
-every run; unset, it costs nothing, since the lean
-paths are only taken then. The events of a step are ``"start"`` (before its
+peer. :data:`hook`, when set, is called as ``hook(event, run, step)`` for
+every step's events and ``"done"`` of every run; unset, it costs nothing,
+since the lean paths are only taken then. The events of a step are ``"start"`` (before its
 transfers are posted), ``"post"`` (after), ``"ready"`` (they are complete)
 and ``"complete"`` (folded and copied); the logs, the timeline and anything
 else put themselves on the hook with :func:`listen`.

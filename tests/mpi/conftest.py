@@ -36,9 +36,9 @@ def pytest_collection_modifyitems(config, items):
     shard = os.environ.get("PYAR_TEST_SHARD")
     if not shard:
         return
-    spec, colon, every = shard.partition(":")
+    spec, _, every = shard.partition(":")
     i, _, n = spec.partition("/")
-    if not (i.isdigit() and n.isdigit() and int(i) < int(n)) or every != ("all" if colon else ""):
+    if not (i.isdigit() and n.isdigit() and int(i) < int(n)) or every not in ("", "all"):
         raise pytest.UsageError(f"PYAR_TEST_SHARD={shard!r}: expected i/n or i/n:all, "
                                 f"0 <= i < n")
     i, n = int(i), int(n)

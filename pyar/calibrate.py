@@ -55,6 +55,7 @@ from .schedule import Chunk, Recv, Send, Step
 PHASE_SECONDS = 600.0       # the longest any rank waits for the others between phases
 FOLD_BYTES = 1 << 18        # the arrays gamma is measured on
 STEPS = (1, 33)             # schedule lengths whose difference gives the per-step time
+ATTEMPTS = 3                # measurements of that difference, twice the calls each time
 _NAME = "_pyar_tune_steps"
 
 
@@ -66,21 +67,30 @@ def _barrier(comm, seconds: float = PHASE_SECONDS) -> None:
 
 
 def _typical(run, iters: int) -> float:
-    """Seconds per call of ``run``: the lower quartile of ``iters`` timed calls, after a few.
+    """Seconds per call of ``run``: the lower quartile of ``iters`` timed calls, after a few."""
+    return _typicals((run,), iters)[0]
+
+
+def _typicals(runs, iters: int) -> list[float]:
+    """Seconds per call of each of ``runs``: the lower quartile of ``iters`` timed calls of
+    each, after a few, the runs taken in turn.
 
     Not the mean or even the median: on a shared machine a quarter of the
     calls or more can wait for a core (measured here: 10-20x the typical
-    time), the longer calls more often, which would skew the slopes.
+    time), the longer calls more often, which would skew the slopes. In
+    turns, so that a slow stretch of the machine slows every run alike.
     """
     for _ in range(3):
-        run()
-    times = np.empty(iters)
+        for run in runs:
+            run()
+    times = np.empty((len(runs), iters))
     clock = time.perf_counter
     for i in range(iters):
-        start = clock()
-        run()
-        times[i] = clock() - start
-    return float(np.percentile(times, 25))
+        for j, run in enumerate(runs):
+            start = clock()
+            run()
+            times[j, i] = clock() - start
+    return [float(t) for t in np.percentile(times, 25, axis=1)]
 
 
 def _exchange_time(pair, nbytes: int, iters: int) -> float:
@@ -123,15 +133,19 @@ def _step_times(pair, iters: int) -> tuple[float, float, float]:
     comm = Comm(pair)
 
     def slope(pad):
-        times = []
-        for k in STEPS:
-            x = np.zeros(pad + k, np.float64)
-            api.allreduce(x, x, algorithm=_NAME, comm=comm)     # compile the plan first
+        buffers = [np.zeros(pad + k, np.float64) for k in STEPS]
+        calls = [lambda x=x: api.allreduce(x, x, algorithm=_NAME, comm=comm) for x in buffers]
+        for call in calls:
+            call()                      # compile the plans first
+        for attempt in range(ATTEMPTS):
             _barrier(pair)
-            times.append(_typical(lambda: api.allreduce(x, x, algorithm=_NAME, comm=comm),
-                                  iters))
-        per_step = (times[1] - times[0]) / (STEPS[1] - STEPS[0])
-        return per_step, times[0] - per_step * STEPS[0]
+            times = pair.bcast(_typicals(calls, iters << attempt), root=0)    # retry alike
+            per_step = (times[1] - times[0]) / (STEPS[1] - STEPS[0])
+            if per_step > 0:
+                return per_step, times[0] - per_step * STEPS[0]
+        raise RuntimeError(f"pyar tune: a schedule of {STEPS[1]} steps never took longer than "
+                           f"one of {STEPS[0]} ({ATTEMPTS} attempts, up to {iters << attempt} "
+                           f"calls each): the machine is too busy to measure on")
 
     resident, per_call = slope(2)
     general, _ = slope(_PAD)

@@ -74,6 +74,7 @@ TAG = 1                     # on the Notice's own communicator: nothing else tra
 NBYTES = 4096               # the largest notice (texts are cut to fit)
 STALL_SECONDS = 0.1         # a wait this long sends the peers what it is calling
 STALLED_AFTER_FAILURE = 1.0 # a call stalled this long after a peer failed a later one
+FREE_SECONDS = 60.0         # the longest free() waits for the other ranks' notices
 RECENT = 16                 # calls a Comm remembers (``recent[seq % RECENT]``) for "at" notices
 listeners: list = []
 _LIVE: weakref.WeakSet = weakref.WeakSet()
@@ -134,17 +135,13 @@ class Notice:
         self.mpi = comm.Dup()
         self.mpi.Set_name("pyar notices")
         self.rank, self.size = self.mpi.Get_rank(), self.mpi.Get_size()
-        # This channel's name, in every message: MPI reuses a freed communicator's context,
-        # so a notice posted to a rank that has freed its Comm meanwhile can land on a later
-        # Notice there (seen: a sub-communicator's, raising a stranger's failure).
-        name = np.frombuffer(os.urandom(8), np.uint64).copy()
-        self.mpi.Bcast(name, 0)
-        self.id = f"{int(name[0]):016x}"
         self.owner = owner
         self.buffer = bytearray(NBYTES)
         self.status = MPI.Status()
         self.request = self.mpi.Irecv([self.buffer, MPI.BYTE], MPI.ANY_SOURCE, TAG)
         self.sent: list = []        # (request, bytes) of notices posted, until complete
+        self.sent_to = np.zeros(self.size, np.int64)    # notices posted to each rank
+        self.received = np.zeros(self.size, np.int64)   # notices arrived from each rank
         self.reported = 0           # the owner's seq when it last sent an "at" notice
         self.peers: dict = {}       # rank -> its latest "at" notice
         self.failure = None         # a peer's "failed" notice, for the owner's next call
@@ -184,7 +181,6 @@ class Notice:
         return self.owner.recent[seq % RECENT]
 
     def _post(self, message: dict) -> None:
-        message["channel"] = self.id
         for listener in listeners:
             listener(self.owner, message)
         data = json.dumps(message).encode()
@@ -196,6 +192,7 @@ class Notice:
             for peer in range(self.size):
                 if peer != self.rank and self.mpi != MPI.COMM_NULL:
                     self.sent.append((self.mpi.Isend([data, MPI.BYTE], peer, TAG), data))
+                    self.sent_to[peer] += 1
 
     def receive(self, calling: bool = False) -> None:
         """Handle every notice that has arrived: raise a peer's failure if the owner has
@@ -212,14 +209,17 @@ class Notice:
         finally:
             self.lock.release()
 
-    def _receive(self, calling: bool) -> None:
+    def _arrived(self):
+        """The notices that have arrived (each counted against its sender), as dicts."""
         while self.request and (self.request.Test(self.status) or
                                 self.request.Test(self.status)):
-            n = self.status.Get_count(MPI.BYTE)
-            message = json.loads(bytes(self.buffer[:n]))
+            self.received[self.status.Get_source()] += 1
+            message = json.loads(bytes(self.buffer[:self.status.Get_count(MPI.BYTE)]))
             self.request = self.mpi.Irecv([self.buffer, MPI.BYTE], MPI.ANY_SOURCE, TAG)
-            if message.get("channel") != self.id:
-                continue            # for a communicator freed here (see __init__)
+            yield message
+
+    def _receive(self, calling: bool) -> None:
+        for message in self._arrived():
             for listener in listeners:
                 listener(self.owner, message)
             if message["kind"] == "failed":
@@ -295,11 +295,47 @@ class Notice:
         raise error
 
     def free(self) -> None:
-        """Cancel the pre-posted receive and free the duplicate (idempotent; collective, as
-        :meth:`pyar.Comm.free` is)."""
-        self.retire()
-        if not MPI.Is_finalized() and self.mpi != MPI.COMM_NULL:
+        """Collective, as :meth:`pyar.Comm.free` is (idempotent): once every notice posted on
+        the channel has arrived, cancel the pre-posted receive and free the duplicate.
+
+        MPI gives a freed communicator's context to a later one, and Open MPI delivers a
+        message that arrives for it to that one, out of its order: a notice posted to a rank
+        that had freed its Comm hung the next communicator's MPI_Allreduce there (the
+        matrix, 3 ranks). So the ranks first tell each other how many notices each posted
+        to each (one MPI_Ialltoall) and take those still on their way. Where a rank's call
+        failed on the Comm (it told every peer, and does not wait for them here) or the
+        others do not come within :data:`FREE_SECONDS`, the duplicate is left to
+        MPI_Finalize instead."""
+        _LIVE.discard(self)         # no stalled wait reports on it from now on
+        if not MPI.Is_finalized() and self.mpi != MPI.COMM_NULL and self._drained():
+            self.retire()
             self.mpi.Free()
+        else:
+            self.retire()
+
+    def _drained(self) -> bool:
+        """Whether every notice posted to this rank has arrived, as every rank's counts say;
+        False once a peer's failure arrives (it does not count) or after
+        :data:`FREE_SECONDS`."""
+        if self.owner is not None and self.owner.broken is not None:
+            return False
+        owed = np.zeros_like(self.sent_to)
+        request = self.mpi.Ialltoall(self.sent_to, owed)
+        failed = []
+
+        def settled():
+            with self.lock:
+                failed.extend(m for m in self._arrived() if m["kind"] == "failed")
+            return bool(failed) or request.Test() and bool((self.received >= owed).all())
+
+        try:
+            progress.wait_for(settled, progress.deadline_of(FREE_SECONDS), lambda waited:
+                              errors.TimeoutError(f"waited {waited:.0f} s"))
+        except errors.TimeoutError:
+            failed.append(None)
+        if failed:
+            progress.ABANDONED.append((request, owed))  # MPI may still write there
+        return not failed
 
     def retire(self) -> None:
         """The local part of :meth:`free`: cancel the pre-posted receive, let go of the sent

@@ -249,9 +249,10 @@ def test_a_rank_waiting_without_a_timeout_learns_of_a_peer_failure(comm):
 
 
 def test_a_notice_to_a_freed_communicator_reaches_no_later_one(comm):
-    """Rank 0 times out on ``pair`` and tells rank 1, which has freed ``pair`` by then. MPI
-    reuses freed contexts, so the notice may land on a later communicator's channel there:
-    it must be dropped, not raised as that communicator's failure (seen at 4 ranks)."""
+    """Rank 0 times out on ``pair`` and tells rank 1, which is freeing ``pair`` by then. MPI
+    reuses freed contexts, and a message that arrives for a freed one reaches a later
+    communicator there (Open MPI): rank 1 must not free the notices' duplicate before the
+    notice has arrived, nor raise it as a later communicator's failure (seen at 4 ranks)."""
     if comm.size < 2:
         pytest.skip("needs a pair of ranks")
     split = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)

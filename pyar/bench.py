@@ -1,8 +1,9 @@
 """``pyar bench``: nccl-tests for pyar, against the MPI library's own collective.
 
 Run under mpiexec; rank 0 prints one row per message size and implementation:
-the MPI library's own call (the bare mpi4py call, no pyar code around it:
-the baseline, always timed), each pyar algorithm asked for, and with
+the MPI library's own call (the bare mpi4py call, its arguments bound
+beforehand, no pyar code around it: the baseline, always timed), each pyar
+algorithm asked for, and with
 ``--peer gloo`` torch.distributed's gloo. At each size they are timed in up
 to :data:`BATCHES` interleaved batches, out of place and in place, each batch
 starting one implementation later than the one before (none always follows
@@ -156,15 +157,21 @@ def _pyar_call(record: Collective, algorithm: str, comm: Comm, op):
 
 
 def _library_call(record: Collective, comm: Comm, op):
+    """``call(x, out)`` -> the MPI library's own collective on those buffers as the bare
+    mpi4py call, its buffers and op resolved beforehand, as a program would write it (resolved
+    at each call, they cost ~1 us more per call at 1 KiB, flattering pyar's small sizes)."""
     m = comm.mpi
     widened = _pyar_call(record, LIBRARY, comm, op)
 
     def call(x, out):
         if record.reduces and x.dtype in ops.HALF:  # MPI has no half types: pyar's "mpi"
             return widened(x, out)                  # widens them to float32 around the call
+        bare = record.library_call(m, x, out, op.reduction if record.reduces else None, ROOT)
+        if not (record.reduces and op is ops.Op.AVG):
+            return bare
+
         def run():
             _library(record, m, x, out, op)
-            return out
         return run
     return call
 
@@ -304,15 +311,19 @@ def _count_wrong(record: Collective, oracle: _Oracle, result, op, size: int) -> 
                              oracle.scale.reshape(-1)[differ]).size
 
 
-def _check(m: MPI.Comm, record: Collective, oracle: _Oracle, runs, x, out, pristine, op) -> list:
-    """#wrong of each of ``runs``, summed over ranks: one untimed call each on fresh input,
-    into an ``out`` filled with junk first so that a call which writes nothing is caught."""
+def _check(m: MPI.Comm, record: Collective, oracle: _Oracle, impls, runs, x, out, pristine,
+           op) -> list:
+    """#wrong of each of ``runs`` (of ``impls``), summed over ranks: one untimed call each on
+    fresh input, into an ``out`` filled with junk first so that a call which writes nothing is
+    caught; the MPI library's result is ``out``, pyar's what the call returns."""
     wrong = np.zeros(len(runs), np.int64)
-    for i, run in enumerate(runs):
+    for i, (impl, run) in enumerate(zip(impls, runs)):
         np.copyto(x, pristine)
         if out is not x:
             out.view(np.uint8).fill(0xA5)
-        wrong[i] = _count_wrong(record, oracle, run(), op, m.size)
+        result = run()
+        wrong[i] = _count_wrong(record, oracle, out if impl.name == LIBRARY else result, op,
+                                m.size)
     m.Allreduce(MPI.IN_PLACE, wrong, MPI.SUM)
     return wrong.tolist()
 
@@ -322,6 +333,7 @@ def _check(m: MPI.Comm, record: Collective, oracle: _Oracle, runs, x, out, prist
 class Implementation(NamedTuple):
     name: str             # "mpi", a pyar algorithm or "auto", or a peer
     call: Callable        # call(x, out) -> run, a no-argument callable returning the result
+                          # (the MPI library's: its result is out)
     variants: tuple       # out of place, in place, or both
 
 
@@ -410,7 +422,7 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
             with np.errstate(over="ignore", invalid="ignore"):     # repeated in-place sums
                 seconds = (_time_interleaved(m, runs[:ours], n_iters, n_warmup)
                            + _time_interleaved(m, runs[ours:], n_iters, n_warmup))
-            wrong = (_check(m, record, oracle, runs, x, out, pristine, op) if check
+            wrong = (_check(m, record, oracle, active, runs, x, out, pristine, op) if check
                      else [None] * len(runs))
             for impl, t, w in zip(active, seconds, wrong):
                 found[impl.name][variant] = _measure(t, span, record.factor(size), w)

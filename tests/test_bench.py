@@ -218,5 +218,31 @@ def test_a_call_that_writes_nothing_is_wrong_even_after_a_right_one():
     oracle = bench._Oracle(pristine.copy(), np.abs(pristine).astype(np.float64))
     right = lambda: np.copyto(out, x) or out            # noqa: E731  (allreduce at 1 rank)
     nothing = lambda: out                               # noqa: E731
-    assert bench._check(MPI.COMM_SELF, allreduce, oracle, [right, nothing, right], x, out,
-                        pristine, pyar.Op.SUM) == [0, 8, 0]
+    impls = [bench.Implementation(name, None, ()) for name in ("ring", "auto", "ring")]
+    assert bench._check(MPI.COMM_SELF, allreduce, oracle, impls, [right, nothing, right], x,
+                        out, pristine, pyar.Op.SUM) == [0, 8, 0]
+    bare = lambda: np.copyto(out, x)                    # noqa: E731  (the library's: None)
+    mpi = [bench.Implementation("mpi", None, ())] * 2
+    assert bench._check(MPI.COMM_SELF, allreduce, oracle, mpi, [bare, lambda: None], x, out,
+                        pristine, pyar.Op.SUM) == [0, 8]
+
+
+@pytest.mark.parametrize("name", ["allreduce", "reduce_scatter", "allgather", "reduce", "bcast",
+                                  "alltoall", "barrier"])
+def test_the_library_row_times_the_bare_mpi4py_call(name):
+    """The library's run is mpi4py's own method with its arguments bound beforehand (nothing of
+    pyar's runs per call), and it computes the collective (here at 1 rank, into out)."""
+    from mpi4py import MPI
+
+    record = pyar.collectives.collective(name)
+    c = pyar.Comm(MPI.COMM_SELF)
+    x_shape, out_shape = record.shapes(1, 4)
+    x, out = np.arange(1.0, 5.0).reshape(x_shape), np.zeros(out_shape)
+    run = bench._library_call(record, c, pyar.Op.SUM)(x, out)
+    method = getattr(run, "func", run)
+    assert getattr(method, "__self__", None) is c.mpi and \
+        method.__name__ == record.library_name.rpartition(".")[2], run
+    assert run() is None
+    if record.name not in ("barrier", "bcast"):       # (bcast: in place, on x)
+        assert np.array_equal(out.reshape(-1), x.reshape(-1))
+    c.free()

@@ -30,6 +30,7 @@ Blocks are those of ``numpy.array_split`` (:func:`pyar.schedule.split`).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -115,8 +116,18 @@ class Collective:
     def library(self, comm, x, out, reduction, root: int, start: bool = False):
         """The MPI library's own collective from ``x`` into ``out`` (contiguous arrays of the
         collective's input and result shapes; ``out is x``: in place), on mpi4py
-        communicator ``comm``; with ``start``, its nonblocking form's request."""
-        raise NotImplementedError
+        communicator ``comm``; with ``start``, its nonblocking form's request. A collective
+        defines this or :meth:`library_call`."""
+        return self.library_call(comm, x, out, reduction, root, start)()
+
+    def library_call(self, comm, x, out, reduction, root: int, start: bool = False):
+        """:meth:`library` as a callable of no arguments, its buffers, datatypes and op
+        resolved beforehand where the collective says how (pyar's own do: then it is the
+        bare mpi4py call, what the bench times against pyar's); else a call of library."""
+        if type(self).library is Collective.library:
+            raise NotImplementedError(f"collective {self.name!r} defines neither library() "
+                                      f"nor library_call(): the MPI library's own call")
+        return partial(self.library, comm, x, out, reduction, root, start)
 
     def library_buffers(self, x, work: Work, rank: int, root: int):
         """(send, receive, after) of :meth:`library` for a call whose buffers are ``work``

@@ -1,5 +1,7 @@
 """reduce: the reduction of every rank's ``x`` on ``root``; the other ranks get None."""
 
+from functools import partial
+
 import numpy as np
 
 from .. import verify
@@ -30,12 +32,12 @@ class Reduce(Collective):
             data = np.array(x, order="C").reshape(-1)
         return Work(data, None, lambda: None)
 
-    def library(self, comm, x, out, reduction, root, start=False):
+    def library_call(self, comm, x, out, reduction, root, start=False):
         call = comm.Ireduce if start else comm.Reduce
         if comm.Get_rank() != root:
-            return call(mpi.typed(x), None, mpi.library_op(reduction), root)
-        return call(mpi.IN_PLACE if out is x else mpi.typed(x), mpi.typed(out),
-                    mpi.library_op(reduction), root)
+            return partial(call, mpi.typed(x), None, mpi.library_op(reduction), root)
+        return partial(call, mpi.IN_PLACE if out is x else mpi.typed(x), mpi.typed(out),
+                       mpi.library_op(reduction), root)
 
     def library_buffers(self, x, work, rank, root):
         return work.data, work.data if rank == root else None, None

@@ -1,6 +1,8 @@
 """reduce_scatter: ``x.ravel()`` reduced over all ranks and cut as numpy.array_split cuts it;
 rank r gets block r (seed 4.4: the first half of ZeRO's allreduce)."""
 
+from functools import partial
+
 import numpy as np
 
 from .. import buffers, verify
@@ -50,11 +52,11 @@ class ReduceScatter(Collective):
             return out
         return Work(data, data[mine], finish)
 
-    def library(self, comm, x, out, reduction, root, start=False):
+    def library_call(self, comm, x, out, reduction, root, start=False):
         counts = [b.stop - b.start for b in (block(x.size, comm.Get_size(), r)
                                              for r in range(comm.Get_size()))]
-        call = comm.Ireduce_scatter if start else comm.Reduce_scatter
-        return call(mpi.typed(x), mpi.typed(out), counts, mpi.library_op(reduction))
+        return partial(comm.Ireduce_scatter if start else comm.Reduce_scatter, mpi.typed(x),
+                       mpi.typed(out), counts, mpi.library_op(reduction))
 
     def library_buffers(self, x, work, rank, root):
         mine = work.reduced

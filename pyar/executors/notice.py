@@ -307,7 +307,8 @@ class Notice:
         others do not come within :data:`FREE_SECONDS`, the duplicate is left to
         MPI_Finalize instead."""
         _LIVE.discard(self)         # no stalled wait reports on it from now on
-        if not MPI.Is_finalized() and self.mpi != MPI.COMM_NULL and self._drained():
+        if not MPI.Is_finalized() and self.mpi != MPI.COMM_NULL and self.request and \
+                self._drained():    # (no request: retired, by an earlier free too)
             self.retire()
             self.mpi.Free()
         else:
@@ -328,13 +329,16 @@ class Notice:
                 failed.extend(m for m in self._arrived() if m["kind"] == "failed")
             return bool(failed) or request.Test() and bool((self.received >= owed).all())
 
+        late = errors.TimeoutError(f"the other ranks did not free it within {FREE_SECONDS} s")
         try:
-            progress.wait_for(settled, progress.deadline_of(FREE_SECONDS), lambda waited:
-                              errors.TimeoutError(f"waited {waited:.0f} s"))
-        except errors.TimeoutError:
-            failed.append(None)
+            progress.wait_for(settled, progress.deadline_of(FREE_SECONDS), lambda waited: late)
+        except BaseException as e:  # (or another communicator's failure, found meanwhile)
+            progress.ABANDONED.append((request, owed))  # still posted: MPI may write there
+            if e is late:
+                return False
+            raise
         if failed:
-            progress.ABANDONED.append((request, owed))  # MPI may still write there
+            progress.ABANDONED.append((request, owed))
         return not failed
 
     def retire(self) -> None:

@@ -131,12 +131,19 @@ def _gets_result(record: Collective, rank: int, size: int) -> bool:
     return record.expected(inputs, rank, ROOT, ops.Op.SUM)[0] is not None
 
 
-def _library(record: Collective, m: MPI.Comm, x, out, op) -> None:
-    """The MPI library's own collective from x into out (``out is x``: in place), and avg's
-    division where this rank has the result."""
-    record.library(m, x, out, op.reduction if record.reduces else None, ROOT)
-    if record.reduces and op is ops.Op.AVG and (not record.rooted or m.rank == ROOT):
+def _library(record: Collective, m: MPI.Comm, x, out, op) -> Callable:
+    """The MPI library's own collective from x into out (``out is x``: in place) as a callable
+    of no arguments: the bare mpi4py call, its buffers and op resolved beforehand, as a program
+    would write it (resolved at each call, they cost ~1 us more per call at 1 KiB, flattering
+    pyar's small sizes); then avg's division where this rank has the result."""
+    bare = record.library_call(m, x, out, op.reduction if record.reduces else None, ROOT)
+    if not (record.reduces and op is ops.Op.AVG and (not record.rooted or m.rank == ROOT)):
+        return bare
+
+    def run():
+        bare()
         np.divide(out, m.size, out=out)
+    return run
 
 
 def _pyar_call(record: Collective, algorithm: str, comm: Comm, op):
@@ -157,22 +164,14 @@ def _pyar_call(record: Collective, algorithm: str, comm: Comm, op):
 
 
 def _library_call(record: Collective, comm: Comm, op):
-    """``call(x, out)`` -> the MPI library's own collective on those buffers as the bare
-    mpi4py call, its buffers and op resolved beforehand, as a program would write it (resolved
-    at each call, they cost ~1 us more per call at 1 KiB, flattering pyar's small sizes)."""
+    """``call(x, out)`` -> :func:`_library` on those buffers."""
     m = comm.mpi
     widened = _pyar_call(record, LIBRARY, comm, op)
 
     def call(x, out):
         if record.reduces and x.dtype in ops.HALF:  # MPI has no half types: pyar's "mpi"
             return widened(x, out)                  # widens them to float32 around the call
-        bare = record.library_call(m, x, out, op.reduction if record.reduces else None, ROOT)
-        if not (record.reduces and op is ops.Op.AVG):
-            return bare
-
-        def run():
-            _library(record, m, x, out, op)
-        return run
+        return _library(record, m, x, out, op)
     return call
 
 
@@ -285,13 +284,13 @@ def _oracle(record: Collective, m: MPI.Comm, pristine, out_shape, op) -> _Oracle
     if record.reduces and x.dtype in ops.HALF:      # MPI has no half types: on float32
         x = x.astype(np.float32)
     out = x if in_place_only else np.empty(out_shape, x.dtype)
-    _library(record, m, x, out, op)
+    _library(record, m, x, out, op)()
     scale = None
     if record.reduces:
         magnitude = np.abs(pristine.astype(np.float64))
         scale = magnitude if in_place_only else np.empty(out_shape, np.float64)
         _library(record, m, magnitude, scale, ops.Op.PROD if op is ops.Op.PROD else
-                 ops.Op.AVG if op is ops.Op.AVG else ops.Op.SUM)
+                 ops.Op.AVG if op is ops.Op.AVG else ops.Op.SUM)()
     if not _gets_result(record, m.rank, m.size):
         return _Oracle(None, None)
     return _Oracle(out, scale)

@@ -322,7 +322,7 @@ class Notice:
             return False
         owed = np.zeros_like(self.sent_to)
         request = self.mpi.Ialltoall(self.sent_to, owed)
-        failed = []
+        failed = []                 # a peer's failure that arrived meanwhile, or why it stopped
 
         def settled():
             with self.lock:
@@ -333,12 +333,12 @@ class Notice:
         try:
             progress.wait_for(settled, progress.deadline_of(FREE_SECONDS), lambda waited: late)
         except BaseException as e:  # (or another communicator's failure, found meanwhile)
-            progress.ABANDONED.append((request, owed))  # still posted: MPI may write there
-            if e is late:
-                return False
-            raise
-        if failed:
-            progress.ABANDONED.append((request, owed))
+            failed.append(e)
+            if e is not late:
+                raise
+        finally:
+            if failed:
+                progress.ABANDONED.append((request, owed))  # still posted: MPI may write there
         return not failed
 
     def retire(self) -> None:

@@ -9,7 +9,7 @@ A test marked ``sweep`` enumerates cases (algorithms, layouts, sizes ...) with p
 ``PYAR_TEST_SHARD=i/n:all`` splits the other tests too (test k of them, in collection order,
 where k % n == i). The matrix (tests/test_mpi_matrix.py) splits the sweeps between its two
 runs of one rank count, so that each case runs at every rank count, under one of the two
-settings; at 8 ranks, every test.
+settings; at 5 and 8 ranks, every test.
 """
 
 import os

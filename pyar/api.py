@@ -92,7 +92,21 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
                          algorithm]
                 rec.calls.append(entry)
             try:
-                done = repeat.run(x, out, deadline)
+                bound = repeat.bound            # a call in the arrays bound last: here
+                if out is repeat.target and out is not None and (     # (the others: run)
+                        x.flags.writeable if out is x       # (MPI would write into it all
+                        else out.dtype is x.dtype and out.shape == x.shape):    # the same)
+                    fill = x is bound.source    # (the program copies it in)
+                    if not fill and out is not x:
+                        out[...] = x
+                    seq = c.seq = c.seq + 1
+                    c.recent[seq % _RECENT] = repeat.entry
+                    bound.run(deadline, seq, fill)
+                    if repeat.avg:
+                        ops.finalize(bound.data, Op.AVG, c.size)
+                    done = out
+                else:
+                    done = repeat.run(x, out, deadline)
             except BaseException as e:          # mid-way: out of step, as calls.build says
                 what = f"allreduce #{c.seq} on rank {c.rank} ({x.size} {x.dtype})"
                 c.abandon(what, e)
@@ -294,33 +308,17 @@ class _Repeat:
 
     def run(self, x, out, deadline=None):
         """The result, or None when ``out`` is not the simple case (then the full path runs);
-        with a ``deadline``, a large call takes the full path too (its waits poll)."""
-        if out is self.target and out is not None:
-            bound = self.bound
-            fill = x is bound.source    # (the program copies it in)
-            if out is x:                # (x's shape and dtype are the signature's)
-                if not x.flags.writeable:
-                    return None         # MPI would write into it all the same
-            else:
-                if out.dtype is not x.dtype or out.shape != x.shape:
-                    return None     # (an equal dtype, not the same object: the full path)
-                if not fill:
-                    out[...] = x
-            c = self.c
-            seq = c.seq = c.seq + 1
-            c.recent[seq % _RECENT] = self.entry
-            bound.run(deadline, seq, fill)
-            if self.avg:
-                ops.finalize(bound.data, Op.AVG, c.size)
-            return out
+        with a ``deadline``, a large call takes the full path too (its waits poll). (A call
+        in the arrays bound last, the hot path, runs in :func:`allreduce` itself.)"""
         shaped = self.shaped
         if shaped is not None:
             if out is not None:
                 if not _writable_like(out, x):
                     return None
                 if out is self.last and out.flags.c_contiguous:
-                    return self._bind(out, x).run(x, out)
-                self.last = out
+                    self._bind(out, x)  # (the calls after this one run in them)
+                else:
+                    self.last = out
             shaped[...] = x
             c = self.c
             seq = c.seq = c.seq + 1
@@ -360,16 +358,15 @@ class _Repeat:
             ops.finalize(data, Op.AVG, c.size)
         return result
 
-    def _bind(self, out, x) -> _Repeat:
-        """Run from now on in ``out``'s own memory, and from ``x``'s where it can (the previous
-        binding is freed)."""
+    def _bind(self, out, x) -> None:
+        """Run the next calls in ``out``'s own memory, and from ``x``'s where they can (the
+        previous binding is freed)."""
         if self.bound is not None:
             self.bound.free()
         source = x is not out and x.flags.c_contiguous and not np.may_share_memory(x, out)
         self.bound = self.plan.bind(self.c.mpi, out.reshape(-1), self.reduction, self.call,
                                     x if source else None)
         self.target, self.last = out, None
-        return self
 
 
 def _writable_like(out, x) -> bool:

@@ -1,39 +1,33 @@
-# The flight recorder's share of a repeated small allreduce (BENCHMARKS.md, "The flight
-# recorder's share of a small call"):
-# PYTHONPATH=<a checkout> python pyar/launch.py -n 2 python tests/recorder_cost.py
-# prints per call, median / min us over 20 rounds of 5,000 calls (the slower rank's): pyar's
-# 8 B in-place allreduce with its Comm's recorder set, then unset, then the library's call.
-import functools
-import time
+# The flight recorder's cost on the 2-rank fast path (BENCHMARKS.md, "Flight recorder cost"):
+# mpiexec -n 2 python tests/recorder_cost.py (AB=1: also the same Comm with its recorder detached).
+# 2 ranks: min-of-batches time per call of pyar.allreduce (auto, out of place) and comm.Allreduce,
+# interleaved batch by batch; prints size, pyar us, mpi us, ratio. With AB=1 (observe only):
+# also the same Comm with its recorder detached, batch by batch (the recorder's own cost).
+import os, sys, time
 import numpy as np
 from mpi4py import MPI
 import pyar
-from pyar.comm import Comm
-
 comm = MPI.COMM_WORLD
-c = Comm.of(None)
-x = np.zeros(2, np.float32)
-calls = {"recorder on": functools.partial(pyar.allreduce, x, x),
-         "recorder off": functools.partial(pyar.allreduce, x, x),
-         "mpi": functools.partial(comm.Allreduce, MPI.IN_PLACE, [x, MPI.FLOAT], MPI.SUM)}
-for _ in range(2000):
-    calls["recorder on"]()
-kept = c.recorder
-
-
-def per_call(f, n=5000):
-    comm.Barrier()
-    t = time.perf_counter()
-    for _ in range(n):
-        f()
-    return comm.allreduce(time.perf_counter() - t, MPI.MAX) / n
-
-
-seen = {name: [] for name in calls}
-for _ in range(20):
-    for name, f in calls.items():
-        c.recorder = None if name == "recorder off" else kept
-        seen[name].append(per_call(f))
-c.recorder = kept
-if comm.rank == 0:
-    print("  ".join(f"{k}: {np.median(v) * 1e6:.3f} / {min(v) * 1e6:.3f}" for k, v in seen.items()))
+AB = os.environ.get("AB") == "1"
+c = pyar.Comm.of(comm)
+rec = getattr(c, "recorder", None)
+for nbytes in (8, 16, 32, 64, 128, 256):
+    x = np.ones(nbytes // 4, np.float32); out = np.empty_like(x)
+    for _ in range(300): pyar.allreduce(x, out); comm.Allreduce(x, out)
+    best = {"pyar": 1e9, "mpi": 1e9, "off": 1e9}
+    for r in range(40):
+        for kind in (("pyar", "mpi", "off") if AB else ("pyar", "mpi")):
+            comm.Barrier()
+            if kind == "off": c.recorder = None
+            t = time.perf_counter()
+            if kind == "mpi":
+                for _ in range(200): comm.Allreduce(x, out)
+            else:
+                for _ in range(200): pyar.allreduce(x, out)
+            dt = (time.perf_counter() - t) / 200
+            if kind == "off": c.recorder = rec
+            best[kind] = min(best[kind], dt)
+    if comm.rank == 0:
+        line = f"{nbytes} {best['pyar']*1e6:.2f} {best['mpi']*1e6:.2f} {best['pyar']/best['mpi']:.3f}"
+        if AB: line += f" off {best['off']*1e6:.2f} ratio_off {best['off']/best['mpi']:.3f}"
+        print(line, flush=True)

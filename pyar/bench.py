@@ -163,7 +163,7 @@ def _pyar_call(record: Collective, algorithm: str, comm, op):
     if record.rooted:
         given["root"] = ROOT
     defaults = inspect.signature(function).parameters
-    kwargs = {k: v for k, v in given.items() if v is not None and v != defaults[k].default}
+    kwargs = {k: v for k, v in given.items() if v != defaults[k].default}
     if not record.out_of_place:                 # bcast: in place by definition, no out
         return lambda x, out: functools.partial(function, x, **kwargs)
     return lambda x, out: functools.partial(function, x, out, **kwargs)

@@ -17,8 +17,8 @@ else
 VENV     ?= .venv-$(MPI)
 endif
 PY       := $(VENV)/bin/python
-# The venv's mpiexec with what its MPI needs here (pyar/launch.py: run by path, no MPI in it)
-MPIEXEC  ?= $(PY) pyar/launch.py
+# The venv's mpiexec with what its MPI needs here (pyar/runtime/launch.py: run by path, no MPI in it)
+MPIEXEC  ?= $(PY) pyar/runtime/launch.py
 NP       ?= 4
 BENCH_OUT ?= bench-allreduce
 # What the venv installs: the torch extra too, so its tests run (the pinned CPU build: ~30 s)
@@ -30,7 +30,7 @@ TIMEOUT  ?= timeout -k 10 300
 # plugin's: 1.4 s of CPU a process here), anew each time without it.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test test-quick test-mpi test-matrix bench bench-kernels gpu-check examples verify clean
+.PHONY: run test lint-imports test-quick test-mpi test-matrix bench bench-kernels gpu-check examples verify clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,8 +43,8 @@ endif
 	touch $@
 
 # Compile the Numba kernels into their cache in one process, before any mpiexec (ranks then
-# only load them), and anew whenever kernels/ changes.
-$(VENV)/.kernels: $(VENV)/.installed $(wildcard kernels/*.py)
+# only load them), and anew whenever pyar/kernels/ changes.
+$(VENV)/.kernels: $(VENV)/.installed $(wildcard pyar/kernels/*.py)
 	$(PY) -m pyar.kernels --fresh
 	touch $@
 
@@ -60,10 +60,15 @@ run: $(VENV)/.kernels
 # their 20 slowest at the end; then the MPI matrix, one run at a time (each says its rank
 # count, setting and time as it goes).
 TEST_JOBS ?= 2
-test: $(VENV)/.kernels
+test: $(VENV)/.kernels lint-imports
 	$(PY) -m pytest tests --ignore=tests/test_mpi_matrix.py -n $(TEST_JOBS) --dist loadscope \
 	  --durations=20
 	$(PY) -m pytest tests/test_mpi_matrix.py -v
+
+# The layers contract (.importlinter, docs/architecture.md): imports only go down, and nothing
+# below the runtime imports mpi4py. A back-edge fails here, before any test runs.
+lint-imports: $(VENV)/.installed
+	$(VENV)/bin/lint-imports
 
 # The edit-test loop: the pure tests, none that launches mpiexec, 20 examples per property
 # (make test draws 60).

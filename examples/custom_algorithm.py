@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 import pyar
-from pyar.schedule import Chunk, Recv, Send, compact, split
+from pyar.core.schedule import Chunk, Recv, Send, compact, split
 
 SEGMENTS = 4
 

@@ -1,23 +1,29 @@
-"""pyar: Allreduce and its sibling collectives as explicit point-to-point schedules over MPI."""
+"""pyar: Allreduce and its sibling collectives as explicit point-to-point schedules over MPI.
+
+The package is layered (``docs/architecture.md``): ``kernels`` < ``core`` < ``collectives``
+< ``algorithms`` < ``model`` < ``runtime`` < ``api`` < ``observe`` < ``integrations``,
+``verify`` < ``cli``; imports only go down. This module gathers the public names.
+"""
 
 __version__ = "0.1.0"
 
-from . import compression
 from .algorithms import algorithms, register_algorithm
 from .api import (allgather, allreduce, alltoall, barrier, bcast, collective, iallgather,
                   iallreduce, ialltoall, ibarrier, ibcast, ireduce, ireduce_scatter, reduce,
                   reduce_scatter, schedule, simulate)
-from .buckets import GradientBuckets
 from .collectives import Collective, register_collective
-from .comm import Comm
-from .errors import MismatchError, PyarError, ScheduleError, TimeoutError
-from .executors.progress import Progress, Request, test_any, wait_all
-from .ops import Op
-from .recorder import dump
-from .topology import Topology
+from .core.errors import MismatchError, PyarError, ScheduleError, TimeoutError
+from .core.ops import Op
+from .core.topology import Topology
+from .integrations import compression
+from .integrations.buckets import GradientBuckets
+from .observe import log as _log, trace as _trace  # noqa: F401  (they attach to every Comm)
+from .runtime import progress as _progress
+from .runtime.comm import Comm
+from .runtime.progress import Progress, Request, test_any, wait_all
+from .runtime.recorder import dump
 
-from .executors import progress as _progress  # noqa: E402  (PYAR_PROGRESS_THREAD=1: started now)
-_progress.from_environment()
+_progress.from_environment()        # PYAR_PROGRESS_THREAD=1: the thread starts now
 
 __all__ = [
     "Collective", "Comm", "GradientBuckets", "MismatchError", "Op", "Progress", "PyarError",

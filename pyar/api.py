@@ -3,7 +3,7 @@
 Every collective, blocking or not, goes through :func:`_run`: its record
 (:mod:`pyar.collectives`) turns the caller's arrays into the one buffer the
 schedule runs on, and this rank's compiled plan (or the MPI library's own
-collective for ``algorithm="mpi"``) becomes a :class:`~pyar.executors.progress.Run`.
+collective for ``algorithm="mpi"``) becomes a :class:`~pyar.runtime.progress.Run`.
 A blocking call waits for it (on the executor's lean paths when nothing
 else needs attention: no deadline, no hook, nothing in flight); a
 nonblocking one (``iallreduce`` ...) returns it as a :class:`pyar.Request`.
@@ -14,7 +14,7 @@ from another thread on the same communicator meanwhile raises PyarError
 (MPI's collectives on one communicator must be called in one order on
 every rank, which racing threads cannot keep); different communicators in
 different threads run at once (given MPI_THREAD_MULTIPLE; see
-:mod:`pyar.comm`). Requests may be tested and waited for from any thread.
+:mod:`pyar.runtime.comm`). Requests may be tested and waited for from any thread.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ import time
 
 import numpy as np
 
-from . import calls, device, ops, recorder, schedule as _schedule, tuner
+from .runtime import calls, device, recorder
+from .core import ops, schedule as _schedule
+from .model import tuner
 from .algorithms import builder, generation as _generation
-from .buffers import is_torch
+from .core.buffers import as_array, as_tensor, is_torch
 from .collectives import Collective, collective as record_of, records
 from .collectives.allgather import ALLGATHER
 from .collectives.allreduce import ALLREDUCE
@@ -35,17 +37,19 @@ from .collectives.barrier import BARRIER, NOTHING
 from .collectives.bcast import BCAST
 from .collectives.reduce import REDUCE
 from .collectives.reduce_scatter import REDUCE_SCATTER
-from .comm import Comm
-from .executors import notice, progress
-from .executors.mpi import Plan
-from .executors.progress import Request
-from .errors import PyarError, TimeoutError
-from .executors.sim import SimResult, simulate
-from .ops import Op
+from .runtime.comm import Comm
+from .runtime import notice, progress
+from .runtime.plan import Plan
+from .runtime.progress import Request
+from .core.errors import PyarError, TimeoutError
+from .model.sim import SimResult, simulate
+from .core.ops import Op
 
 __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast", "iallgather",
            "iallreduce", "ialltoall", "ibarrier", "ibcast", "ireduce", "ireduce_scatter",
            "reduce", "reduce_scatter", "schedule", "simulate", "SimResult"]
+
+recorder.on_call_path(__file__)     # a call record's caller is outside this module
 
 
 def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=None):
@@ -231,14 +235,12 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
     """Run ``record``'s collective: validate, pick the algorithm, build the call's run; then
     wait for it (``nonblocking`` False: its result) or put it in flight (its Request).
     ``then(result)`` maps the result, if given (pyar.torch: arrays back to tensors)."""
-    if is_torch(x):                        # pyar.torch: as arrays, back through here
-        from . import torch as _torch
-        return _torch.collective(record, x, out, op, algorithm, comm, root, timeout,
-                                 nonblocking)
+    if is_torch(x):                        # as arrays sharing the tensors' memory
+        return _on_tensors(record, x, out, op, algorithm, comm, root, timeout, nonblocking)
     c = Comm.of(comm)
     c.enter(f"pyar.{record.name}")         # (another thread's call: an error)
     try:
-        if not isinstance(x, np.ndarray):  # cupy: pyar.device
+        if not isinstance(x, np.ndarray):  # cupy: pyar.runtime.device
             return device.collective(record, x, out, op, algorithm, comm, root, timeout,
                                      nonblocking, then)
         try:
@@ -252,6 +254,25 @@ def _run(record: Collective, x, out, op, algorithm, comm, root, timeout, nonbloc
             raise
     finally:
         c.leave()
+
+
+def _on_tensors(record, x, out, op, algorithm, comm, root, timeout, nonblocking):
+    """``record``'s collective on torch tensors, through arrays sharing their memory
+    (:func:`pyar.core.buffers.as_array`); the result is ``out`` itself when given, else a
+    tensor sharing the result array's memory."""
+    a = as_array(x)
+    target = a if out is x else None if out is None else as_array(out)
+
+    def back(result):
+        if result is None:
+            return None
+        if result is target:
+            return out
+        if result is a:
+            return x
+        return as_tensor(result)
+
+    return _run(record, a, target, op, algorithm, comm, root, timeout, nonblocking, then=back)
 
 
 def _remember(x, op, algorithm, comm, c: Comm, plan, reduction, resolved, call,

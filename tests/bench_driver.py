@@ -14,9 +14,9 @@ Exits with the bench's status (in others mode: any non-zero wins).
 import sys
 
 import pyar
-from pyar.bench import collectives
+from pyar.cli.bench import collectives
 from pyar.cli import main
-from pyar.schedule import Chunk, Recv, Send, Step
+from pyar.core.schedule import Chunk, Recv, Send, Step
 
 
 def copy_left(rank, size, count, topology=None):

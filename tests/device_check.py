@@ -19,7 +19,7 @@ else:
     cp = fake_cupy.install()
 
 import pyar  # noqa: E402
-from pyar.executors import cuda  # noqa: E402
+from pyar.runtime import cuda  # noqa: E402
 
 comm = pyar.Comm(MPI.COMM_WORLD)
 if not REAL:

@@ -1,4 +1,4 @@
-"""A stand-in for cupy, for testing pyar.device's logic on a machine with no GPU.
+"""A stand-in for cupy, for testing pyar.runtime.device's logic on a machine with no GPU.
 
 ``install()`` puts it in ``sys.modules`` as ``cupy`` and ``cupyx`` and routes
 pyar's device kernels to the host kernels. Its arrays live in host memory and
@@ -13,7 +13,7 @@ MPI call given a device buffer that overlaps pending work fails (a race on
 a GPU: a CUDA-aware MPI does not wait for cupy's stream). Work pending on
 other memory is no hazard, so collectives in flight may go on while the
 caller launches kernels on its own buffers, as a training loop does. What
-this proves: pyar.device and the executor call the cupy API it models in an
+this proves: pyar.runtime.device and the executor call the cupy API it models in an
 order that keeps MPI off buffers with pending work, reuse their pinned buffers, and give the numpy path's results. What it
 cannot prove: that real cupy behaves as modelled, that a CUDA-aware MPI takes
 these buffers, or anything about the CUDA kernels (tests/cuda_sim_check.py and

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pyar import launch
+from pyar.runtime import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,7 @@ SHARED_CORES = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
 
 def run(nprocs: int, *args: str, timeout: int = 300, env=None) -> subprocess.CompletedProcess:
     """``mpiexec -n nprocs python -m mpi4py ARGS`` in the repository root, bounded by
-    ``timeout``, with what that mpiexec needs here (:func:`pyar.launch.launch_settings`;
+    ``timeout``, with what that mpiexec needs here (:func:`pyar.runtime.launch.launch_settings`;
     :data:`SHARED_CORES` where ranks outnumber cores)."""
     shared = SHARED_CORES if nprocs > len(os.sched_getaffinity(0)) else {}
     command, environ = launch.mpiexec_command(

@@ -12,8 +12,8 @@ import numpy as np
 from mpi4py import MPI
 
 import pyar
-from pyar import recorder
-from pyar.executors import progress
+from pyar.runtime import recorder
+from pyar.runtime import progress
 
 world = MPI.COMM_WORLD
 x = (world.rank + 1) * 1000 + np.arange(16, dtype=np.float32)

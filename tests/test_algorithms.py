@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import pyar
-from pyar.ops import DTYPES, HALF, Op, is_float
+from pyar.core.ops import DTYPES, HALF, Op, is_float
 from pyar.verify import describe, magnitude, mismatches, reference, sample
 
 SCHEDULED = [a for a in pyar.algorithms() if a != "mpi"]

@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 
 import pyar
-from pyar import tuner
+from pyar.model import tuner
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float16", "bfloat16"])

@@ -10,8 +10,8 @@ from launch import explain, run
 
 import pyar
 import pyar.collectives
-from pyar import bench
-from pyar.bench import format_size, parse_algorithms, parse_size, sizes
+from pyar.cli import bench
+from pyar.cli.bench import format_size, parse_algorithms, parse_size, sizes
 
 VARIANTS = ("out_of_place", "in_place")
 

@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 from mpi4py import MPI
 
 import pyar
-from pyar.buckets import MiB
+from pyar.integrations.buckets import MiB
 
 DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16]
 shapes = st.lists(st.integers(1, 5), min_size=0, max_size=3).map(tuple)

@@ -10,7 +10,7 @@ import pytest
 
 from launch import explain, run
 from pyar import cli
-from pyar.info import summary
+from pyar.cli.info import summary
 
 MARKUP = re.compile(r"``|:[a-z]+:`|`[^`]+`_?")
 

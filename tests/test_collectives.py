@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 
 import pyar
 from pyar.collectives import collective as record_of, records
-from pyar.ops import DTYPES, Op, is_float
+from pyar.core.ops import DTYPES, Op, is_float
 from pyar.verify import describe, mismatches, sample
 
 # every algorithm of every collective that takes data but allreduce (tests/test_algorithms.py)

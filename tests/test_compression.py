@@ -9,10 +9,10 @@ from hypothesis.extra.numpy import arrays
 from mpi4py import MPI
 
 import pyar
-from pyar import compression
-from pyar.compression.cast import Cast
-from pyar.compression.int8 import CHUNK, Int8, dequantize, quantize
-from pyar.compression.topk import TopK
+from pyar.integrations import compression
+from pyar.integrations.compression.cast import Cast
+from pyar.integrations.compression.int8 import CHUNK, Int8, dequantize, quantize
+from pyar.integrations.compression.topk import TopK
 
 # The drawn gradients' heavy tails reach beyond float16's range: the cast to its inf is
 # documented (pyar.compression.cast), and numpy's warning of it expected.

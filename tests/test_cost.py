@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import pyar
-from pyar import cost
+from pyar.model import cost
 from pyar.algorithms import algorithm
 from pyar.collectives import names
-from pyar.schedule import SEGMENT, Chunk, Recv, Send, Step, Table
-from pyar.topology import Topology
+from pyar.core.schedule import SEGMENT, Chunk, Recv, Send, Step, Table
+from pyar.core.topology import Topology
 
 # distinct powers of two, so a term counted in the wrong place cannot go unseen
 PARAMS = cost.Params(alpha=2.0**-10, beta=2.0**-20, gamma={"float32": 2.0**-24, "int8": 2.0**-22},

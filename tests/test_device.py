@@ -1,4 +1,4 @@
-"""Device buffers without a GPU: CUDA-awareness detection, `pyar info`, and pyar.device's logic on
+"""Device buffers without a GPU: CUDA-awareness detection, `pyar info`, and pyar.runtime.device's logic on
 stand-in cupy arrays under MPI (tests/fake_cupy.py says what that does and does not prove).
 Tests on a real GPU: tests/test_gpu.py (`make gpu-check`)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 import pyar
 from launch import explain, run
-from pyar.executors import cuda
+from pyar.runtime import cuda
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import pyar
-from pyar import collectives, draw
+from pyar import collectives
+from pyar.cli import draw
 
 
 def test_the_docstring_table_is_what_the_command_prints():

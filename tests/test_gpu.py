@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(GPUS == 0 or os.environ.get("NUMBA_ENABLE_CUDASI
                                 reason="needs a GPU (and not the CUDA simulator)")
 
 from pyar import kernels  # noqa: E402
-from pyar.executors import cuda  # noqa: E402
+from pyar.runtime import cuda  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [d for d in kernels.DTYPES if d != kernels.BFLOAT16])

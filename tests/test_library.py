@@ -1,4 +1,4 @@
-"""What pyar detects of the MPI library (pyar.library) and of its mpiexec (pyar.launch), on
+"""What pyar detects of the MPI library (pyar.runtime.library) and of its mpiexec (pyar.runtime.launch), on
 the library this suite runs on (MPICH, or Open MPI under `make test MPI=openmpi`); the
 collective probes run under MPI in tests/mpi/test_library.py."""
 
@@ -9,8 +9,9 @@ import time
 import pytest
 from mpi4py import MPI
 
-from pyar import launch, library, tuner
-from pyar.executors import progress, shm
+from pyar.runtime import launch, library
+from pyar.model import tuner
+from pyar.runtime import progress, shm
 
 VERSIONS = [
     ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11",
@@ -33,7 +34,7 @@ def test_the_running_library_is_named_as_mpi4py_names_it():
     text = MPI.Get_library_version()
     assert lib.family == library.family_of(text) and lib.version in text
     assert lib.description and "\x00" not in lib.description
-    assert library.slug() == f"{lib.family}-{lib.version}"
+    assert lib.slug == f"{lib.family}-{lib.version}"
     if lib.family in library.EAGER_CVARS:       # MPICH and Open MPI both have MPI_T (Open
         assert library.EAGER_CVARS[lib.family] in lib.eager_source   # MPI's only once its
         assert lib.eager is not None or lib.family == "openmpi", lib   # sm transport is up)
@@ -81,19 +82,19 @@ def test_a_missing_mpiexec_is_unknown(tmp_path):
     assert launch.launcher_family(str(tmp_path / "absent")) == "unknown"
 
 
-def test_the_defaults_take_another_librarys_eager_limit(monkeypatch):
-    for family, eager, expected in [("openmpi", 4096, 4096.0), ("mpich", 8192, None),
-                                    ("openmpi", None, None)]:
-        tuner.defaults.cache_clear()
-        monkeypatch.setattr(library, "current", lambda: library.Library(
-            family, "1.0", "", eager, "test", ()))
-        params = tuner.defaults()
-        if expected is None:
-            assert params is tuner.DEFAULTS
-        else:
-            assert params.eager == expected and params._replace(eager=0) == \
-                tuner.DEFAULTS._replace(eager=0)
-    tuner.defaults.cache_clear()
+def test_the_defaults_take_another_librarys_eager_limit():
+    try:
+        for family, eager, expected in [("openmpi", 4096, 4096.0), ("mpich", 8192, None),
+                                        ("openmpi", None, None)]:
+            tuner.use_library(lambda: library.Library(family, "1.0", "", eager, "test", ()))
+            params = tuner.defaults()
+            if expected is None:
+                assert params is tuner.DEFAULTS
+            else:
+                assert params.eager == expected and params._replace(eager=0) == \
+                    tuner.DEFAULTS._replace(eager=0)
+    finally:
+        tuner.use_library(library.current)
 
 
 def test_a_pool_on_one_rank_counts_its_cores_and_is_not_oversubscribed():

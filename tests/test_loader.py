@@ -1,8 +1,8 @@
-"""pyar.loader: a user's module by path or by name, and one object of it."""
+"""pyar.core.loader: a user's module by path or by name, and one object of it."""
 
 import pytest
 
-from pyar import loader
+from pyar.core import loader
 
 
 def test_path_and_name(tmp_path):

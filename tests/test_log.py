@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from observed import observed
-from pyar import log, tuner
+from pyar.observe import log
+from pyar.model import tuner
 
 
 def test_levels():
@@ -77,7 +78,7 @@ def test_a_run_logs_set_up_calls_and_steps():
 def test_off_nothing_listens_on_the_hook():
     """No PYAR_DEBUG, no PYAR_TRACE: making a Comm leaves the event hook unset, so the fast
     paths stay as they were (one rank, in a fresh process)."""
-    code = ("import numpy as np, pyar; from pyar.executors import progress; "
+    code = ("import numpy as np, pyar; from pyar.runtime import progress; "
             "pyar.allreduce(np.ones(2)); print(progress.hook is None)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYAR_DEBUG", "PYAR_TRACE"))}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

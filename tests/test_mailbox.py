@@ -1,13 +1,13 @@
 """pyar.kernels.mailbox, in one process: two programs over one channel (a sender's PUT rows and
 a receiver's FOLD or COPY rows) fold and copy as reduce_into does, and keep the stamp protocol
-of pyar.executors.shm: a wait gives up after its polls and resumes, a half is reused only once
+of pyar.runtime.shm: a wait gives up after its polls and resumes, a half is reused only once
 taken, calls alternate halves, and another call's mark is reported, not folded."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pyar.executors.shm import Channel
+from pyar.runtime.shm import Channel
 from pyar.kernels import DTYPES, OPS, mailbox, reduce_into
 
 run = mailbox.runner()
@@ -17,7 +17,7 @@ MARK, OTHER = (7 << 32) | FINGERPRINT, (8 << 32) | FINGERPRINT    # calls number
 
 class Pair:
     """A channel of messages of ``sizes`` bytes in a segment, with a sender's and a
-    receiver's program over it (rows built as pyar.executors.mpi.Resident builds them)."""
+    receiver's program over it (rows built as pyar.runtime.plan.Resident builds them)."""
 
     def __init__(self, sizes, srcs, dsts, kinds):
         self.segment = np.zeros(4096 + sum(2 * (n + 128) for n in sizes), np.uint8)

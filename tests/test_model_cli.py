@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 import pyar
-from pyar import cli, cost, loader, tuner
-from pyar.topology import Topology
+from pyar import cli
+from pyar.model import cost, tuner
+from pyar.core import loader
+from pyar.core.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("scratch_registry")
@@ -23,7 +25,7 @@ EXAMPLE = {"format": "pyar-tuning/1", "alpha": 1e-6, "beta": 1e-9, "gamma": {"fl
 TWO_SHOT = '''
 """Two-shot allreduce: direct reduce-scatter, then direct allgather (a user's algorithm)."""
 import pyar
-from pyar.schedule import Chunk, Recv, Send, Step, split
+from pyar.core.schedule import Chunk, Recv, Send, Step, split
 
 
 @pyar.register_algorithm("two_shot", auto=True)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import pyar
-import pyar.bench
+import pyar.cli.bench
 import pyar.collectives
-from pyar import buffers
+from pyar.core import buffers
 from pyar.algorithms import _registry
 from pyar.collectives import Collective, Work
-from pyar.executors import mpi
-from pyar.ops import Op
-from pyar.schedule import Chunk, Recv, Send, compact, split
+from pyar.runtime import baseline as mpi
+from pyar.core.ops import Op
+from pyar.core.schedule import Chunk, Recv, Send, compact, split
 from pyar.verify import sample
 
 
@@ -29,7 +29,7 @@ class Gather(Collective):
     ``data`` is ``size`` blocks of x.size elements seen from the root: each rank's x
     in block 0, and on the root block k receives rank ``(root + k) % size``'s, so a
     schedule written for root 0 works for any root once its ranks are renumbered
-    (:class:`pyar.schedule.Schedule`); :meth:`result` turns the blocks back into rank
+    (:class:`pyar.core.schedule.Schedule`); :meth:`result` turns the blocks back into rank
     order.
     """
 
@@ -141,8 +141,8 @@ def test_registering_makes_it_a_collective_with_its_algorithm(gather):
     assert pyar.collectives.collective("gather") is gather
     assert pyar.algorithms("gather") == ["linear", "mpi"]
     assert "gather" in pyar.collectives.names() and gather in pyar.collectives.records()
-    assert "gather" in pyar.bench.collectives()
-    assert pyar.bench.variants(gather) == ("out_of_place",)
+    assert "gather" in pyar.cli.bench.collectives()
+    assert pyar.cli.bench.variants(gather) == ("out_of_place",)
 
 
 @pytest.mark.parametrize("root_of", [lambda size: 0, lambda size: size - 1,

@@ -10,7 +10,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pyar import bench  # noqa: E402
+from pyar.cli import bench  # noqa: E402
 
 
 def measure(us, size):

@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 from mpi4py import MPI
 
 import pyar
-from pyar import tuner
+from pyar.model import tuner
 from pyar.collectives import names
 
 ARGS = (4, 1 << 10, 4 << 10)        # size, count, nbytes

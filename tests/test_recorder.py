@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from observed import observed
-from pyar import doctor, recorder
-from pyar.errors import TimeoutError
+from pyar.observe import doctor
+from pyar.runtime import recorder
+from pyar.core.errors import TimeoutError
 
 FIELDS = {"count": (4096, 4095), "dtype": ("float32", "int32"), "op": ("sum", "max"),
           "root": (0, 1), "algorithm": ("ring", "recursive_doubling")}
@@ -61,7 +62,7 @@ def test_the_ring_buffer_keeps_the_last_calls_and_zero_turns_it_off(tmp_path):
 def test_a_peers_failure_dumps_once_per_call_one_call_a_line(tmp_path):
     """After a mismatch every rank tells every other of its failure: a rank dumps on the
     first telling of a call (not once per peer), and again for another call."""
-    code = ("import numpy as np, pyar, json; from pyar import recorder\n"
+    code = ("import numpy as np, pyar, json; from pyar.runtime import recorder\n"
             "c = pyar.Comm(); x = np.ones(3)\n"
             "for _ in range(4): pyar.allreduce(x, comm=c)\n"
             "dumped, dump = [], recorder.dump\n"
@@ -79,7 +80,7 @@ def test_a_peers_failure_dumps_once_per_call_one_call_a_line(tmp_path):
 
 
 def test_a_bad_buffer_size_says_what_it_takes(monkeypatch):
-    from pyar import settings
+    from pyar.runtime import settings
 
     monkeypatch.setenv("PYAR_TRACE_BUFFER", "lots")
     with pytest.raises(ValueError, match="PYAR_TRACE_BUFFER must be an integer >= 0"):

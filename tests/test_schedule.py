@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 import pyar
 from pyar.algorithms import algorithm, builder, ring, segmented_ring
-from pyar.schedule import Chunk, Recv, Send, Step, check_steps, compact, split
+from pyar.core.schedule import Chunk, Recv, Send, Step, check_steps, compact, split
 
 
 @given(st.integers(0, 5000), st.integers(1, 200))

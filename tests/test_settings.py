@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 
 import pyar
-from pyar import settings
+from pyar.runtime import settings
 
 NAMES = ["PYAR_RANKS_PER_NODE", "PYAR_SHM_BYTES", "PYAR_TIMEOUT", "PYAR_CUDA_AWARE"]
 

@@ -4,8 +4,8 @@ itself runs under MPI: tests/mpi, at every rank count of the matrix)."""
 import numpy as np
 from mpi4py import MPI
 
-from pyar import settings
-from pyar.executors import shm
+from pyar.runtime import settings
+from pyar.runtime import shm
 
 
 def test_a_pool_is_made_once_aligned_and_freed_with_its_communicator(monkeypatch):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import pyar
-from pyar.schedule import Chunk, Recv, Send, Step
+from pyar.core.schedule import Chunk, Recv, Send, Step
 
 ALL = Chunk("data", 0, 4)
 

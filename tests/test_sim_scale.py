@@ -5,10 +5,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import pyar
-from pyar import collectives, verify, workbench
+from pyar import collectives, verify
+from pyar.cli import sim as workbench
 from pyar.algorithms import algorithms, builder
-from pyar.schedule import Chunk, Recv, Send, Step, Table
-from pyar.topology import Topology
+from pyar.core.schedule import Chunk, Recv, Send, Step, Table
+from pyar.core.topology import Topology
 
 COLLECTIVES = [c for c in collectives.names()]
 CASES = [(c, a) for c in COLLECTIVES for a in algorithms(c) if a != "mpi"]
@@ -129,7 +130,7 @@ def test_overwrite_uses_the_inputs_as_buffers():
 
 
 def test_progress_is_reported(monkeypatch):
-    from pyar.executors import sim
+    from pyar.model import sim
     clock = iter(range(0, 10_000, 2))
     monkeypatch.setattr(sim.time, "monotonic", lambda: next(clock))
     seen = []
@@ -154,7 +155,7 @@ def test_the_wrong_check_finds_one_flipped_element():
 @given(st.lists(st.tuples(st.sampled_from(["data", "scratch"]), st.integers(0, 12),
                           st.integers(0, 6), st.booleans()), min_size=2, max_size=8))
 def test_the_overlap_sweep_agrees_with_every_pair(spec):
-    from pyar.schedule import _overlap
+    from pyar.core.schedule import _overlap
     recvs = [Recv(1, Chunk(b, lo, lo + n), reduce) for b, lo, n, reduce in spec]
     pairs = any(a.chunk.overlaps(b.chunk) and not (a.reduce and b.reduce)
                 for i, a in enumerate(recvs) for b in recvs[i + 1:])

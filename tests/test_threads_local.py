@@ -7,7 +7,7 @@ import textwrap
 
 HELD = textwrap.dedent("""
     import threading, numpy as np, pyar
-    from pyar.executors import progress
+    from pyar.runtime import progress
     from mpi4py import MPI
     inside, go_on = threading.Event(), threading.Event()
 

@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import pyar  # noqa: E402
-import pyar.torch as pt  # noqa: E402
+import pyar.integrations.torch as pt
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from observed import observed
-from pyar import trace
+from pyar.observe import trace
 
 
 def spans(data, cat):

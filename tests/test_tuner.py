@@ -11,10 +11,12 @@ import pytest
 from launch import ROOT, explain, run
 
 import pyar
-from pyar import calibrate, cost, library, tuner
+from pyar.cli import tune as calibrate
+from pyar.model import cost, tuner
+from pyar.runtime import library
 from pyar.collectives import names
-from pyar.schedule import Chunk, Recv, Send, Step
-from pyar.topology import Topology
+from pyar.core.schedule import Chunk, Recv, Send, Step
+from pyar.core.topology import Topology
 
 CLASSIC = ["binomial", "naive", "rabenseifner", "recursive_doubling", "ring"]
 
@@ -103,7 +105,7 @@ def test_without_a_tuning_file_the_shipped_defaults_apply(tmp_path, monkeypatch)
 def test_the_default_path_follows_xdg(tmp_path, monkeypatch):
     monkeypatch.delenv("PYAR_TUNING_FILE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert tuner.tuning_path() == tmp_path / "pyar" / f"tuning-{library.slug()}.json"
+    assert tuner.tuning_path() == tmp_path / "pyar" / f"tuning-{library.current().slug}.json"
     monkeypatch.setenv("PYAR_TUNING_FILE", str(tmp_path / "mine.json"))
     assert tuner.tuning_path() == tmp_path / "mine.json"
 
@@ -176,10 +178,10 @@ def test_the_rendezvous_changes_the_choice(tuning):
     beats the double binary tree's two messages of half, each paying a rendezvous."""
     machine = dict(alpha=3e-6, beta=1e-10, gamma={"float32": 1e-10}, delta=1e-6)
     tuning("no limit", **machine)
-    assert pyar.tuner.select("allreduce", "auto", 2, 32768, 131072, np.float32) != \
+    assert pyar.model.tuner.select("allreduce", "auto", 2, 32768, 131072, np.float32) != \
         "recursive_doubling"
     tuning("limit", **machine, eager=8000, rendezvous=4e-6)
-    assert pyar.tuner.select("allreduce", "auto", 2, 32768, 131072, np.float32) == \
+    assert pyar.model.tuner.select("allreduce", "auto", 2, 32768, 131072, np.float32) == \
         "recursive_doubling"
 
 
@@ -304,8 +306,8 @@ def test_pyar_tune_writes_a_well_formed_file(tmp_path):
     params = tuner.load(path)
     assert params.alpha > 0 and params.beta > 0 and params.delta >= 0
     assert params.eager > 0 and params.rendezvous >= 0
-    assert params.resident == pyar.executors.mpi.RESIDENT_BYTES
-    assert set(params.gamma) == {d.name for d in pyar.ops.DTYPES}
+    assert params.resident == pyar.runtime.plan.RESIDENT_BYTES
+    assert set(params.gamma) == {d.name for d in pyar.core.ops.DTYPES}
     assert all(g > 0 for g in params.gamma.values())
     measured = json.loads(path.read_text())["measured"]
     assert measured["ranks"] == 2 and measured["quick"] is True and measured["same_host"]

@@ -1,7 +1,7 @@
 """The algorithm registry: one module per algorithm, each a pure schedule builder.
 
 A builder is ``builder(rank, size, count, topology=None) -> list[Step]``. It
-never touches MPI; :mod:`pyar.executors` runs what it returns. Each module
+never touches MPI; :mod:`pyar.runtime` runs what it returns. Each module
 registers its builders with :func:`register_algorithm`, as a user does, with
 their closed-form costs (built from :mod:`._terms`).
 """
@@ -13,7 +13,7 @@ import sys
 from typing import Callable, NamedTuple
 
 from .. import collectives
-from ..schedule import Builder
+from ..core.schedule import Builder
 from ._terms import Terms
 
 LIBRARY = "mpi"      # delegates to the MPI library's own collective: the baseline
@@ -28,10 +28,10 @@ class Algorithm(NamedTuple):
     name: str
     collective: str
     builder: Builder
-    cost: Cost | None = None        # closed form; None: pyar.cost predicts from the schedule
+    cost: Cost | None = None        # closed form; None: pyar.model.cost predicts from the schedule
     topology_aware: bool = False    # uses the topology: on one node it is another algorithm
     auto: bool = False              # the auto tuner chooses from it
-    exact: bool = True              # its closed form equals pyar.cost.predict of its schedule
+    exact: bool = True              # its closed form equals pyar.model.cost.predict of its schedule
 
     @property
     def doc(self) -> str | None:
@@ -62,9 +62,9 @@ def register_algorithm(name: str, collective: str = "allreduce", *, cost: Cost |
     """Decorator: register ``builder(rank, size, count, topology=None) -> list[Step]`` as ``name``.
 
     Afterwards ``name`` works everywhere an algorithm is named. ``cost`` is
-    its closed form, ``cost(size, count, nbytes, topology) -> pyar.cost.Terms``
+    its closed form, ``cost(size, count, nbytes, topology) -> pyar.model.cost.Terms``
     for ``size > 1`` and ``count > 0`` (``exact=False``: an estimate, not
-    equal to the schedule's); without one :mod:`pyar.cost` costs the
+    equal to the schedule's); without one :mod:`pyar.model.cost` costs the
     schedule itself. ``topology_aware``: ``auto`` considers it only on
     several nodes. ``auto``: the ``auto`` tuner chooses from it. Registering
     a name again replaces the algorithm.
@@ -117,6 +117,6 @@ def check_name(name: str, collective: str = "allreduce") -> str:
 
 
 # The built-in algorithms register themselves on import.
-from . import (binomial, bruck, dissemination, double_binary_tree, hierarchical,  # noqa: E402,F401
-               linear, naive, pairwise, rabenseifner, recursive_doubling, recursive_halving,
+from . import (binomial, bruck, dissemination, double_binary_tree, hierarchical, linear, naive,
+               pairwise, rabenseifner, recursive_doubling, recursive_halving,
                reduce_scatter_gather, ring, scatter_allgather, segmented_ring)

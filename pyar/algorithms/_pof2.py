@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..schedule import Chunk, Recv, Send
+from ..core.schedule import Chunk, Recv, Send
 
 
 class Fold(NamedTuple):

@@ -3,7 +3,7 @@
 A closed form is ``cost(size, count, nbytes, topology) -> Terms``: the
 counts along the critical path of the algorithm's schedule for ``size > 1``
 ranks and ``count > 0`` elements of ``nbytes`` bytes in all (see
-:mod:`pyar.cost`, which re-exports :class:`Terms`).
+:mod:`pyar.model.cost`, which re-exports :class:`Terms`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ round carries the whole message: for short messages.
     round 2: 4►0                round 0: 0►1 2►3 4►5 6►7
 """
 
-from ..schedule import Chunk, Recv, Send, compact
+from ..core.schedule import Chunk, Recv, Send, compact
 from . import _terms, register_algorithm
 
 

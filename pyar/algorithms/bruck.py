@@ -17,7 +17,7 @@ Limits: any ``N >= 1``.
                     round 2: gets 4 from 4
 """
 
-from ..schedule import Chunk, Recv, Send, bounds, compact
+from ..core.schedule import Chunk, Recv, Send, bounds, compact
 from . import register_algorithm
 from ._terms import Terms, ceil_log2
 

@@ -8,7 +8,7 @@ Steps: ``ceil(log2 N)``. Bytes: none. Cost: ``ceil(log2 N) * alpha``.
 Limits: any ``N >= 1``.
 """
 
-from ..schedule import Chunk, Recv, Send, Step
+from ..core.schedule import Chunk, Recv, Send, Step
 from . import register_algorithm
 from ._terms import Terms, ceil_log2
 

@@ -17,7 +17,7 @@ rank: at most ``2M`` (``M/2`` up and ``M`` to two children in one tree,
 plus ``G`` pipelined steps, in each of which a rank sends up to four
 segments of ``m = M/2G`` bytes and folds up to two, so about
 ``(G + 2 log2 N) * (4 alpha + 4m*beta + 2m*gamma)`` on one-port links
-(:mod:`pyar.cost` estimates the critical path; it finds 6 to 8 messages per
+(:mod:`pyar.model.cost` estimates the critical path; it finds 6 to 8 messages per
 step on it, as the two trees' steps interlock). Limits: any ``N >= 1``.
 
 ::
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 
-from ..schedule import SEGMENT, Chunk, Recv, Send, compact, pieces, segments
+from ..core.schedule import SEGMENT, Chunk, Recv, Send, compact, pieces, segments
 from . import register_algorithm
 from ._terms import Terms
 
@@ -113,7 +113,7 @@ def _cost(n, count, m, topology):
     """An estimate, not exact: the pipeline's critical path under the port model is irregular.
 
     Exact: ``G + H + D - 1`` steps on it, every message one segment of
-    ``m = M/2G`` bytes. Estimated from :func:`pyar.cost.predict` of the
+    ``m = M/2G`` bytes. Estimated from :func:`pyar.model.cost.predict` of the
     schedules (N <= 64, G <= 32; tests keep the time within a third of it):
     the first segment crosses ``2(H+D-1)`` messages and folds ``H+D-1``;
     each further one adds about 7 messages (a rank's 4 sends and 4 receives

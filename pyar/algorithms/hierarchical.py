@@ -21,8 +21,8 @@ one node (a plain ring). Limits: any ``N >= 1`` and any node sizes.
                                      across: 0◄►2 (block 0), 1◄►3 (block 1)
 """
 
-from ..schedule import Chunk, Recv, Send, compact, split
-from ..topology import Topology
+from ..core.schedule import Chunk, Recv, Send, compact, split
+from ..core.topology import Topology
 from . import _terms, register_algorithm, ring
 
 

@@ -7,12 +7,12 @@ in a buffer of ``(N-1)/N * M`` and are copied at the end.
 
 Steps: 1. Bytes sent per rank: ``(N-1)/N * M``. Cost: ``alpha +
 (N-1)/N*M*beta`` if the network takes every message at once (it does not:
-``(N-1)*alpha`` more realistically; :mod:`pyar.cost`'s ports give ``(2N-3)
+``(N-1)*alpha`` more realistically; :mod:`pyar.model.cost`'s ports give ``(2N-3)
 (alpha + M/N*beta)``). Limits: any ``N >= 1``; N-1 messages in
 flight per rank: for short and medium messages.
 """
 
-from ..schedule import Chunk, Recv, Send, compact, split
+from ..core.schedule import Chunk, Recv, Send, compact, split
 from . import register_algorithm
 from ._terms import Terms
 

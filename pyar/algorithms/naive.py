@@ -16,7 +16,7 @@ Limits: any ``N >= 1``; no bandwidth of any rank but 0 is used.
     3 ──┘           └──► 3
 """
 
-from ..schedule import Chunk, Recv, Send, compact
+from ..core.schedule import Chunk, Recv, Send, compact
 from . import register_algorithm
 from ._terms import Terms
 

@@ -17,7 +17,7 @@ Limits: any ``N >= 1``.
     all-to-all, N = 4:   round 0: 0◄►3 1◄►2   round 1: 0◄►1 2◄►3   round 2: 0◄►2 1◄►3
 """
 
-from ..schedule import Chunk, Recv, Send, compact, split
+from ..core.schedule import Chunk, Recv, Send, compact, split
 from . import _terms, register_algorithm
 
 

@@ -20,7 +20,7 @@ of two: ring's bandwidth with tree latency. Limits: any ``N >= 1``.
     0 ◄─► 1        2 ◄─► 3          0 ◄─────► 2    1 ◄─────► 3
 """
 
-from ..schedule import Chunk, bounds, compact
+from ..core.schedule import Chunk, bounds, compact
 from . import _terms, register_algorithm
 from ._pof2 import fold
 from .recursive_doubling import allgather_doubling

@@ -22,7 +22,7 @@ Limits: any ``N >= 1``.
                   1 ◄─────► 3
 """
 
-from ..schedule import Chunk, Recv, Send, bounds, compact
+from ..core.schedule import Chunk, Recv, Send, bounds, compact
 from . import _terms, register_algorithm
 from ._pof2 import fold, pair_block
 

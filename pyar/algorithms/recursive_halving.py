@@ -18,7 +18,7 @@ Limits: any ``N >= 1``.
     round 1: 0 ◄── block 1 / block 0 ──► 1    2 ◄──► 3
 """
 
-from ..schedule import Chunk, Recv, Send, bounds, compact
+from ..core.schedule import Chunk, Recv, Send, bounds, compact
 from . import _terms, register_algorithm
 from ._pof2 import fold, pair_block
 

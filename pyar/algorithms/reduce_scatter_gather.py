@@ -12,7 +12,7 @@ rank: at most ``2(N-1)/N * M`` (+ ``M``). Cost for a power of two:
 Limits: any ``N >= 1``.
 """
 
-from ..schedule import bounds, compact
+from ..core.schedule import bounds, compact
 from . import _terms, register_algorithm
 from .binomial import gather_to_root
 from .recursive_halving import reduce_scatter

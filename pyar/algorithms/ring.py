@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from ..schedule import Recv, Send, Table, bounds, compact, pieces, segments, split
+from ..core.schedule import Recv, Send, Table, bounds, compact, pieces, segments, split
 from . import _terms, register_algorithm
 
 

@@ -11,7 +11,7 @@ about ``2M`` in all against binomial's ``log2 N * M`` at the root. Cost:
 Limits: any ``N >= 1``.
 """
 
-from ..schedule import bounds, compact
+from ..core.schedule import bounds, compact
 from . import _terms, register_algorithm, ring
 from .binomial import scatter_from_root
 

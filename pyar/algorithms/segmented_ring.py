@@ -1,7 +1,7 @@
 """Segmented (pipelined) ring allreduce: the ring with its blocks cut into segments.
 
 Open MPI's segmented ring, Gloo's chunked ring: each block travels as
-segments of at most ``segment`` elements (default :data:`pyar.schedule.SEGMENT`),
+segments of at most ``segment`` elements (default :data:`pyar.core.schedule.SEGMENT`),
 one per step, so a rank forwards segment k while it receives k+1 and folds
 a piece that is still in cache; the landing buffer is one segment, not one
 block. Same bytes as ``ring``.
@@ -13,7 +13,7 @@ Other segment sizes: ``functools.partial(segmented_ring, segment=k)``
 registered under a name of your own.
 """
 
-from ..schedule import SEGMENT, compact, pieces
+from ..core.schedule import SEGMENT, compact, pieces
 from . import _terms, register_algorithm, ring
 
 

@@ -1,7 +1,7 @@
 """What each collective is: one record per collective, one small module each.
 
 A schedule runs on one buffer, ``data``, of ``count`` elements (see
-:mod:`pyar.schedule`). A :class:`Collective` record says, for a caller's
+:mod:`pyar.core.schedule`). A :class:`Collective` record says, for a caller's
 ``x``: how big ``data`` is and what it holds before the schedule runs
 (:meth:`~Collective.prepare`, which also applies the ``out`` rules of
 API.md), where the result is afterwards, the MPI library's own call (the
@@ -35,8 +35,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .. import buffers
-from ..schedule import split
+from ..core import buffers
+from ..core.schedule import split
 
 
 class Work(NamedTuple):
@@ -116,14 +116,14 @@ class Collective:
     def library(self, comm, x, out, reduction, root: int, start: bool = False):
         """The MPI library's own collective from ``x`` into ``out`` (contiguous arrays of the
         collective's input and result shapes; ``out is x``: in place), on mpi4py
-        communicator ``comm``; with ``start``, its nonblocking form's request. A collective
-        defines this or :meth:`library_call`."""
+        communicator ``comm``; with ``start``, its nonblocking form's request. The built-in
+        collectives' calls are :mod:`pyar.runtime.baseline`'s; a collective registered
+        with :func:`register_collective` defines this or :meth:`library_call`."""
         return self.library_call(comm, x, out, reduction, root, start)()
 
     def library_call(self, comm, x, out, reduction, root: int, start: bool = False):
-        """:meth:`library` as a callable of no arguments, its buffers, datatypes and op
-        resolved beforehand where the collective says how (pyar's own do: then it is the
-        bare mpi4py call, what the bench times against pyar's); else a call of library."""
+        """:meth:`library` as a callable of no arguments (its buffers, datatypes and op
+        resolved beforehand where the collective says how)."""
         if type(self).library is Collective.library:
             raise NotImplementedError(f"collective {self.name!r} defines neither library() "
                                       f"nor library_call(): the MPI library's own call")

@@ -2,12 +2,10 @@
 the second half of ZeRO's allreduce)."""
 
 import sys
-from functools import partial
 
 import numpy as np
 
-from .. import buffers
-from ..executors import mpi
+from ..core import buffers
 from . import Collective, Work, block, register_collective
 
 
@@ -56,10 +54,6 @@ class Allgather(Collective):
 
     def library_buffers(self, x, work, rank, root):
         return x.reshape(-1) if x.flags.c_contiguous else x.copy().reshape(-1), work.data, None
-
-    def library_call(self, comm, x, out, reduction, root, start=False):
-        return partial(comm.Iallgather if start else comm.Allgather, mpi.as_bytes(x),
-                       [out, x.nbytes, mpi.BYTE])
 
     def expected(self, inputs, rank, root, op):
         return np.stack([np.asarray(x) for x in inputs]), None

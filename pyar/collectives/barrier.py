@@ -30,9 +30,6 @@ class Barrier(Collective):
     def prepare(self, x, out, rank, size, root, copy=True):
         return Work(NOTHING, None, lambda: None)
 
-    def library_call(self, comm, x, out, reduction, root, start=False):
-        return comm.Ibarrier if start else comm.Barrier
-
     def expected(self, inputs, rank, root, op):
         return None, None
 

@@ -1,11 +1,8 @@
 """bcast: the root's ``x`` into every rank's ``x`` (in place; returns x)."""
 
-from functools import partial
-
 import numpy as np
 
-from .. import buffers
-from ..executors import mpi
+from ..core import buffers
 from . import Collective, Work, register_collective
 
 
@@ -23,9 +20,6 @@ class Bcast(Collective):
             raise ValueError("x is read-only; bcast writes the root's data into it")
         work = buffers.prepare(x, x)
         return Work(work.data, None, work.finish)
-
-    def library_call(self, comm, x, out, reduction, root, start=False):
-        return partial(comm.Ibcast if start else comm.Bcast, mpi.as_bytes(x), root)
 
     def expected(self, inputs, rank, root, op):
         return np.asarray(inputs[root]), None

@@ -1,11 +1,8 @@
 """reduce: the reduction of every rank's ``x`` on ``root``; the other ranks get None."""
 
-from functools import partial
-
 import numpy as np
 
-from .. import verify
-from ..executors import mpi
+from .reference import magnitude, reference
 from . import Collective, Work, register_collective
 
 
@@ -32,20 +29,13 @@ class Reduce(Collective):
             data = np.array(x, order="C").reshape(-1)
         return Work(data, None, lambda: None)
 
-    def library_call(self, comm, x, out, reduction, root, start=False):
-        call = comm.Ireduce if start else comm.Reduce
-        if comm.Get_rank() != root:
-            return partial(call, mpi.typed(x), None, mpi.library_op(reduction), root)
-        return partial(call, mpi.IN_PLACE if out is x else mpi.typed(x), mpi.typed(out),
-                       mpi.library_op(reduction), root)
-
     def library_buffers(self, x, work, rank, root):
         return work.data, work.data if rank == root else None, None
 
     def expected(self, inputs, rank, root, op):
         if rank != root:
             return None, None
-        return verify.reference(inputs, op), verify.magnitude(inputs, op)
+        return reference(inputs, op), magnitude(inputs, op)
 
 
 REDUCE = register_collective(Reduce())

@@ -1,12 +1,10 @@
 """reduce_scatter: ``x.ravel()`` reduced over all ranks and cut as numpy.array_split cuts it;
 rank r gets block r (seed 4.4: the first half of ZeRO's allreduce)."""
 
-from functools import partial
-
 import numpy as np
 
-from .. import buffers, verify
-from ..executors import mpi
+from ..core import buffers
+from .reference import magnitude, reference
 from . import Collective, Work, block, register_collective
 
 
@@ -52,12 +50,6 @@ class ReduceScatter(Collective):
             return out
         return Work(data, data[mine], finish)
 
-    def library_call(self, comm, x, out, reduction, root, start=False):
-        counts = [b.stop - b.start for b in (block(x.size, comm.Get_size(), r)
-                                             for r in range(comm.Get_size()))]
-        return partial(comm.Ireduce_scatter if start else comm.Reduce_scatter, mpi.typed(x),
-                       mpi.typed(out), counts, mpi.library_op(reduction))
-
     def library_buffers(self, x, work, rank, root):
         mine = work.reduced
         block_out = mine.copy()             # (of mine's array type: numpy or cupy)
@@ -68,8 +60,8 @@ class ReduceScatter(Collective):
 
     def expected(self, inputs, rank, root, op):
         mine = block(inputs[0].size, len(inputs), rank)
-        return (verify.reference(inputs, op).reshape(-1)[mine],
-                verify.magnitude(inputs, op).reshape(-1)[mine])
+        return (reference(inputs, op).reshape(-1)[mine],
+                magnitude(inputs, op).reshape(-1)[mine])
 
     def shapes(self, size, count):
         return (size * count,), (count,)

@@ -20,32 +20,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..library import wraps
-from ..ops import HALF, Op, is_float, resolve
-
-
-def reference(inputs, op) -> np.ndarray:
-    """The reduction of per-rank ``inputs`` with numpy: exact dtype for integers, float64 for floats."""
-    op = resolve(op)
-    stack = np.stack([np.asarray(x) for x in inputs])
-    if is_float(stack.dtype):
-        stack = stack.astype(np.float64)
-    ufunc = {Op.SUM: np.add, Op.AVG: np.add, Op.PROD: np.multiply,
-             Op.MAX: np.maximum, Op.MIN: np.minimum}[op]
-    result = ufunc.reduce(stack, axis=0)
-    if op is Op.AVG:
-        result = result / len(inputs)
-    return result
-
-
-def magnitude(inputs, op) -> np.ndarray:
-    """Per element, the scale the rounding error is proportional to (float64)."""
-    op = resolve(op)
-    stack = np.abs(np.stack([np.asarray(x, dtype=np.float64) for x in inputs]))
-    if op is Op.PROD:
-        return np.multiply.reduce(stack, axis=0)
-    total = stack.sum(axis=0)
-    return total / len(inputs) if op is Op.AVG else total
+from ..collectives.allreduce import ALLREDUCE
+from ..runtime.baseline import library_call
+from ..runtime.library import wraps
+from ..collectives.reference import magnitude, reference  # noqa: F401  (part of this API)
+from ..core.ops import HALF, Op, is_float, resolve
 
 
 def library_reference(comm, x, op, library=False):
@@ -53,25 +32,23 @@ def library_reference(comm, x, op, library=False):
     rounding error is relative to (as :func:`magnitude` gives it). Collective.
 
     Where the library's integer arithmetic does not wrap around (and pyar's does:
-    :func:`pyar.library.wraps`), the expected values are numpy's, unless ``library``
+    :func:`pyar.runtime.library.wraps`), the expected values are numpy's, unless ``library``
     (checking the library's own collective, ``algorithm="mpi"``).
 
     MPI has no float16 or bfloat16: for those the oracle is MPI_Allreduce of
     ``x`` widened to float32 (exactly), and the expected values stay float32.
     """
-    from ..collectives.allreduce import ALLREDUCE
-
     op = resolve(op)
     x = np.ascontiguousarray(x)
     if x.dtype in HALF:
         x = x.astype(np.float32)
     expected = np.empty_like(x)
-    ALLREDUCE.library(comm, x, expected, op.reduction, 0)
+    library_call(ALLREDUCE, comm, x, expected, op.reduction)()
     if not (library or wraps(x.dtype, op.reduction)):     # it saturates: numpy's instead
         expected = reference(comm.allgather(x), Op.SUM if op is Op.AVG else op).astype(x.dtype)
     contribution = np.abs(x.astype(np.float64))
     scale = np.empty_like(contribution)
-    ALLREDUCE.library(comm, contribution, scale, Op.PROD if op is Op.PROD else Op.SUM, 0)
+    library_call(ALLREDUCE, comm, contribution, scale, Op.PROD if op is Op.PROD else Op.SUM)()
     if op is Op.AVG:
         expected /= comm.Get_size()
         scale /= comm.Get_size()

@@ -20,8 +20,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .. import ops
-from ..ops import Op
+from ..core import ops
+from ..core.ops import Op
 
 DTYPES = [str(d) for d in ops.DTYPES]
 FLOATS = ["float16", "bfloat16", "float32", "float64"]

@@ -21,13 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-from ..launch import find_mpiexec
+from ..runtime.launch import find_mpiexec
 from . import cases as C
 
 
 
 def default_mpiexec() -> list[str]:
-    """:func:`pyar.launch.find_mpiexec`'s command, split; ValueError if there is none."""
+    """:func:`pyar.runtime.launch.find_mpiexec`'s command, split; ValueError if there is none."""
     try:
         return shlex.split(find_mpiexec())
     except RuntimeError as e:

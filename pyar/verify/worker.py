@@ -23,6 +23,7 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
+from ..runtime.baseline import typed
 from . import cases as C, judge
 
 USER_WAIT = 10.0        # seconds the user's own messages may take to arrive after a call
@@ -30,7 +31,7 @@ USER_WAIT = 10.0        # seconds the user's own messages may take to arrive aft
 
 def resolve(spec: str):
     """The callable a TARGET names: ``mpi``, ``pyar:ALGO`` or ``module:function`` /
-    ``path.py:function`` (through :mod:`pyar.loader`)."""
+    ``path.py:function`` (through :mod:`pyar.core.loader`)."""
     if spec == "mpi":
         return mpi_allreduce
     if spec.startswith("pyar:"):
@@ -44,7 +45,7 @@ def resolve(spec: str):
         def algorithm(x, comm, op="sum", out=None):
             return pyar.allreduce(x, out=out, op=op, algorithm=name, comm=comm)
         return algorithm
-    from .. import loader
+    from ..core import loader
 
     if ":" not in spec:
         raise ValueError(f"target {spec!r}: expected mpi, pyar:ALGORITHM, module:function or "
@@ -58,15 +59,13 @@ def resolve(spec: str):
 def mpi_allreduce(x, comm, op="sum", out=None):
     """The MPI library's own MPI_Allreduce as a target (avg: MPI_SUM, then a division).
     MPI has no float16 or bfloat16: NotImplementedError for those."""
-    from ..executors import mpi
-
     if x.dtype.itemsize == 2 and x.dtype.kind in "fV":
         raise NotImplementedError("MPI has no float16 or bfloat16")
     reduction = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX,
                  "min": MPI.MIN}[op]
     send = np.ascontiguousarray(x)
     result = np.empty_like(send)
-    comm.Allreduce(mpi.typed(send), mpi.typed(result), reduction)
+    comm.Allreduce(typed(send), typed(result), reduction)
     if op == "avg":
         result /= comm.Get_size()
     if out is None:
@@ -239,7 +238,7 @@ def _one_line(e: BaseException) -> str:
 def reproduce(target: str, case: dict, load=()) -> int:
     """Run one case of ``target`` on COMM_WORLD (every rank calls it); rank 0 prints the
     verdict. Returns 1 if it fails, 0 if it passes, on every rank (a reproducer's exit)."""
-    from .. import loader
+    from ..core import loader
 
     loader.load_all(load)
     runner = Runner()
@@ -254,7 +253,7 @@ def reproduce(target: str, case: dict, load=()) -> int:
 
 def serve(load=()) -> int:
     """The job's loop: one request a line on rank 0's stdin, until end of input."""
-    from .. import loader
+    from ..core import loader
 
     loader.load_all(load)
     runner = Runner()

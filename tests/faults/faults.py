@@ -14,7 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 import pyar
-from pyar.executors import notice
+from pyar.runtime import notice
 
 world = MPI.COMM_WORLD
 rank, size = world.Get_rank(), world.Get_size()

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from launch import explain, run  # noqa: E402
 
-from pyar import doctor  # noqa: E402
+from pyar.observe import doctor  # noqa: E402
 
 pytestmark = pytest.mark.mpiexec        # (every test's job, some started by a fixture)
 TIMEOUT = 1.0
@@ -108,8 +108,8 @@ def test_under_mpi4py_one_failing_rank_aborts_the_job_with_its_traceback(tmp_pat
     proc = run(NPROCS, "tests/faults/faults.py", str(tmp_path), "raise", timeout=60,
                env={"PYAR_TIMEOUT": str(TIMEOUT)})
     assert proc.returncode != 0, explain(proc)
-    assert "Traceback" in proc.stderr and ("pyar.errors.TimeoutError" in proc.stderr or
-                                           "pyar.errors.MismatchError" in proc.stderr), \
+    assert "Traceback" in proc.stderr and ("pyar.core.errors.TimeoutError" in proc.stderr or
+                                           "pyar.core.errors.MismatchError" in proc.stderr), \
         explain(proc)
     # whichever rank raises first names call #5: the culprit in its own words ("allreduce #5
     # on rank 2 ..."), a rank that heard of the mismatch ("... as call #5 on this communicator")

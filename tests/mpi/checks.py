@@ -5,8 +5,8 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from pyar.library import wraps
-from pyar.ops import DTYPES, Op, is_float
+from pyar.runtime.library import wraps
+from pyar.core.ops import DTYPES, Op, is_float
 from pyar.verify import describe, library_reference, mismatches
 
 

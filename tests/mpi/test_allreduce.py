@@ -6,11 +6,11 @@ from hypothesis import given, strategies as st
 from mpi4py import MPI
 
 import pyar
-from pyar.ops import DTYPES, HALF, Op, is_float
-from pyar.schedule import Chunk, Recv, Send, Step
+from pyar.core.ops import DTYPES, HALF, Op, is_float
+from pyar.core.schedule import Chunk, Recv, Send, Step
 from pyar.verify import sample
 
-from pyar.executors.mpi import RESIDENT_BYTES
+from pyar.runtime.plan import RESIDENT_BYTES
 
 from checks import agree, check_against_mpi, dtype_op_grid, library_may_differ
 
@@ -112,7 +112,7 @@ def test_repeated_calls_interleaved_with_user_traffic(comm):
 
 def test_small_messages_repeat_on_resident_and_bound_buffers(comm):
     """A repeated small allreduce runs on persistent requests: on the plan's own buffer, or on
-    the caller's ``out`` once it comes twice in a row (pyar.executors.mpi.Resident). Every
+    the caller's ``out`` once it comes twice in a row (pyar.runtime.plan.Resident). Every
     ``out`` form, a switch of ``out``, avg, and large calls (other tags) in between: each
     result is MPI_Allreduce's."""
     from pyar import api
@@ -222,12 +222,12 @@ def test_large_out_of_place_reads_x_itself(comm, algorithm):
 
 def test_large_calls_on_one_node_stream_through_mailboxes(comm):
     """Above RESIDENT_BYTES, with every rank on one node and room in the mailboxes, a ring
-    plan runs as a Stream (pyar.executors.mpi.Stream: its messages in pieces through shared
+    plan runs as a Stream (pyar.runtime.plan.Stream: its messages in pieces through shared
     memory), in place and in its out-of-place variant alike. Ranks that mix in place and out
     of place, and the lean path with the stepped one (a timeout), meet: each result is
     MPI_Allreduce's, x left alone. (On a communicator of its own: the earlier tests' plans
     may have taken all of COMM_WORLD's shared memory, as they do at 8 ranks.)"""
-    from pyar.executors import shm
+    from pyar.runtime import shm
 
     count = RESIDENT_BYTES // 4 + 7 * comm.size + 3
     sub = comm.Dup()
@@ -258,7 +258,7 @@ def test_large_calls_on_one_node_stream_through_mailboxes(comm):
 
 
 def test_freeing_a_communicator_frees_its_persistent_requests_and_mailboxes(comm):
-    from pyar.executors import shm
+    from pyar.runtime import shm
 
     sub = comm.Dup()
     x = np.ones(6)

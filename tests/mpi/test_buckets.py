@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from mpi4py import MPI
 
 import pyar
-from pyar.compression.topk import TopK
+from pyar.integrations.compression.topk import TopK
 
 from checks import agree
 

@@ -15,8 +15,9 @@ from hypothesis import given, settings, strategies as st
 import pyar
 from pyar.algorithms import algorithm as registered
 from pyar.collectives import collective as record_of, records
-from pyar.library import wraps
-from pyar.ops import DTYPES, HALF, Op, is_float
+from pyar.runtime.baseline import library_call
+from pyar.runtime.library import wraps
+from pyar.core.ops import DTYPES, HALF, Op, is_float
 from pyar.verify import describe, mismatches, sample
 
 from checks import agree, dtype_op_grid
@@ -33,7 +34,7 @@ def gets_result(record, x, rank, size, root):
 
 def oracle(comm, collective, x, op, root, library=False):
     """(expected, scale) on this rank from the MPI library's own collective; None off the root.
-    Integers the library saturates (pyar.library.wraps): the record's postcondition on every
+    Integers the library saturates (pyar.runtime.library.wraps): the record's postcondition on every
     rank's x, unless ``library`` (the library's own collective checked)."""
     record = record_of(collective)
     size, rank = comm.size, comm.rank
@@ -43,16 +44,17 @@ def oracle(comm, collective, x, op, root, library=False):
     shape = record.result_shape(x.shape, size, rank)
     if not record.out_of_place:                 # bcast: in place
         expected = x.copy()
-        record.library(comm, expected, expected, None, root)
+        library_call(record, comm, expected, expected, None, root)()
     else:
         expected = np.empty(shape, x.dtype)
-        record.library(comm, x, expected, op.reduction if record.reduces else None, root)
+        library_call(record, comm, x, expected, op.reduction if record.reduces else None,
+                     root)()
     scale = None
     if record.reduces:
         magnitude = np.abs(x.astype(np.float64))
         scale = np.empty(shape)
-        record.library(comm, magnitude, scale, (Op.PROD if op is Op.PROD else Op.SUM).reduction,
-                       root)
+        library_call(record, comm, magnitude, scale,
+                     (Op.PROD if op is Op.PROD else Op.SUM).reduction, root)()
     inputs = None                               # every rank's x, where numpy is the oracle
     if record.reduces and not library and not wraps(x.dtype, op.reduction):
         inputs = comm.allgather(x)              # (on every rank: collective)

@@ -9,7 +9,7 @@ import pytest
 
 import pyar
 from pyar import api
-from pyar.executors import progress
+from pyar.runtime import progress
 
 from checks import agree
 
@@ -27,7 +27,7 @@ def outcome(call):
 def test_a_call_interrupted_mid_way_makes_its_communicator_unusable(comm):
     """Rank 0 is interrupted (KeyboardInterrupt, through the event hook) between the two steps
     of a large ring allreduce: its later calls on that communicator raise, naming the call,
-    and the other ranks, left waiting for its second step, hear of it (pyar.executors.notice)
+    and the other ranks, left waiting for its second step, hear of it (pyar.runtime.notice)
     or time out, naming it."""
     if comm.size == 1:
         pytest.skip("needs another rank")

@@ -15,8 +15,8 @@ from hypothesis import given, settings, strategies as st
 from mpi4py import MPI
 
 import pyar
-from pyar.executors import notice, progress
-from pyar.executors.mpi import RESIDENT_BYTES
+from pyar.runtime import notice, progress
+from pyar.runtime.plan import RESIDENT_BYTES
 
 from checks import agree
 

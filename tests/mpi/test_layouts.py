@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from pyar.executors.mpi import RESIDENT_BYTES
-from pyar.ops import Op
-from pyar.schedule import SEGMENT
+from pyar.runtime.plan import RESIDENT_BYTES
+from pyar.core.ops import Op
+from pyar.core.schedule import SEGMENT
 from pyar.verify import library_reference, sample
 
 from checks import agree

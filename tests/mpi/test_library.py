@@ -5,8 +5,8 @@ import os
 from mpi4py import MPI
 
 from checks import agree
-from pyar import library
-from pyar.executors import progress, shm
+from pyar.runtime import library
+from pyar.runtime import progress, shm
 
 
 def test_shared_windows_work_and_every_rank_of_a_node_reports_the_same(comm):

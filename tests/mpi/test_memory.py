@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pyar
-from pyar.executors.mpi import RESIDENT_BYTES
+from pyar.runtime.plan import RESIDENT_BYTES
 
 from checks import agree
 

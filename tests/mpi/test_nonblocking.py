@@ -10,7 +10,7 @@ import pytest
 import pyar
 from pyar.algorithms import algorithm
 from pyar.collectives import records
-from pyar.ops import Op
+from pyar.core.ops import Op
 from pyar.verify import sample
 
 from checks import agree

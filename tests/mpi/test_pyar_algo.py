@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 import pyar
-from pyar import tuner
+from pyar.model import tuner
 from pyar.collectives import collective as record_of, names
 
 from checks import agree

@@ -11,8 +11,8 @@ import pytest
 from mpi4py import MPI
 
 import pyar
-import pyar.bench
-from pyar.ops import DTYPES, Op
+import pyar.cli.bench
+from pyar.core.ops import DTYPES, Op
 from pyar.verify import sample
 
 from checks import agree
@@ -53,7 +53,7 @@ def test_gather_through_the_api(comm, algorithm):
 def test_gather_in_the_bench(comm):
     """Its MPI call, its algorithm and auto, each checked against the library's result."""
     text = io.StringIO()
-    report = pyar.bench.run(collective="gather", minbytes="8", maxbytes="4K", stepfactor=8,
+    report = pyar.cli.bench.run(collective="gather", minbytes="8", maxbytes="4K", stepfactor=8,
                             iters=2, warmup=1, algos="linear,auto", file=text, comm=comm)
     rows = report["rows"]
     agree(comm, report["summary"]["wrong"] == 0, text.getvalue())

@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 import pyar
-from pyar import settings
+from pyar.runtime import settings
 
 from checks import agree
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from mpi4py import MPI
 
 import pyar
-from pyar import library
+from pyar.runtime import library
 
 from checks import agree
 

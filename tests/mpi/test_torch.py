@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 import pyar  # noqa: E402
-import pyar.torch as pt  # noqa: E402
+import pyar.integrations.torch as pt
 
 from checks import agree  # noqa: E402
 

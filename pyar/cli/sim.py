@@ -1,0 +1,187 @@
+"""``pyar sim``: simulate algorithms for many ranks in this process, no MPI.
+
+``pyar sim`` builds each algorithm's schedule and simulates it for all ranks
+at once (:func:`pyar.simulate`), checking every element of every rank's
+result against the collective's postcondition; ``--no-data`` moves no
+elements (counts, bytes, steps, size and deadlock checks, and the cost
+model's time). ``pyar model`` is in :mod:`pyar.cli.model`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+import numpy as np
+
+import pyar
+
+from .. import collectives, verify
+from ..core import loader
+from ..core.ops import Op, resolve
+from ..kernels import reduce_into
+from ..model import cost, tuner
+from .bench import parse_algorithms
+
+
+def samples(size: int, n: int, dtype, op) -> np.ndarray:
+    """``np.stack([verify.sample(r, n, dtype, op) for r in range(size)])``, made fast.
+
+    :func:`pyar.verify.sample` is periodic in the index (1009; with the
+    signed zeros of max and min, 13 * 1009), so each row is its first period
+    repeated: one pass of writes for a GiB of inputs.
+    """
+    period = 13 * 1009 if resolve(op) in (Op.MAX, Op.MIN) else 1009
+    out = np.empty((size, n), np.dtype(dtype))
+    for r in range(size):
+        row = out[r]
+        row[:min(n, period)] = verify.sample(r, min(n, period), dtype, op)
+        done = period
+        while done < n:
+            more = min(done, n - done)
+            row[done:done + more] = row[:more]
+            done += more
+    return out
+
+
+@contextlib.contextmanager
+def small_pages():
+    """Have numpy not ask the kernel for transparent huge pages while it lasts.
+
+    numpy advises them (``madvise(MADV_HUGEPAGE)``) for every array of 4 MiB or more
+    on Linux unless ``NUMPY_MADVISE_HUGEPAGE=0``; a simulation touches a GiB of
+    fresh memory once, and on the VM of BENCHMARKS.md the first touch of a huge
+    page cost up to 5.6 ms of system CPU (0.1 - 2.9 s for a GiB, no compaction
+    stalls counted in /proc/vmstat) against 0.4 - 0.6 s for a GiB of 4 KiB pages.
+    A no-op where numpy lacks the switch.
+    """
+    try:
+        from numpy._core import multiarray          # numpy 2
+    except ImportError:
+        from numpy.core import multiarray           # numpy 1
+    switch = getattr(multiarray, "_set_madvise_hugepage", lambda enabled: enabled)
+    was = switch(False)                             # it returns the previous setting
+    try:
+        yield
+    finally:
+        switch(was)
+
+
+def reference(record, inputs, op):
+    """What each rank must get (:meth:`~pyar.collectives.Collective.expected`), computed
+    before a simulation may overwrite ``inputs``. For allreduce, one ``(expected, scale)``
+    for all ranks, summed a rank at a time (no stack of every rank's inputs)."""
+    if record.name != "allreduce":
+        return [record.expected(inputs, r, 0, op) for r in range(len(inputs))]
+    if resolve(op) not in (Op.SUM, Op.AVG):
+        return verify.reference(inputs, op), verify.magnitude(inputs, op)
+    expected = np.zeros(np.asarray(inputs[0]).shape, np.float64)
+    scale = np.zeros_like(expected)
+    for x in inputs:
+        x = np.asarray(x)
+        if x.dtype.kind == "f":
+            expected += x
+            scale += np.abs(x)
+        else:                       # integers: exact in the dtype, wrapping as in C
+            return verify.reference(inputs, op), verify.magnitude(inputs, op)
+    if resolve(op) is Op.AVG:
+        expected /= len(inputs)
+        scale /= len(inputs)
+    return expected, scale
+
+
+def wrong(record, outputs, expected, op) -> int:
+    """Elements of the ranks' ``outputs`` that break the postcondition ``expected`` (from
+    :func:`reference`). An allreduce's rank 0 is checked against it within the tolerance
+    of :mod:`pyar.verify`, every other rank bit for bit against rank 0."""
+    size = len(outputs)
+    if record.name != "allreduce":
+        bad = 0
+        for out, (want, scale) in zip(outputs, expected):
+            bad += (out is not None) if want is None else \
+                verify.mismatches(out, want, op, size, scale).size
+        return bad
+    first = np.asarray(outputs[0]).reshape(-1)
+    bad = verify.mismatches(first, expected[0], op, size, expected[1]).size
+    bits = first.view(f"u{first.dtype.itemsize}")
+    for out in outputs[1:]:
+        bad += int(np.count_nonzero(np.asarray(out).reshape(-1).view(bits.dtype) != bits))
+    return bad
+
+
+def _progress(name):
+    start = time.perf_counter()
+
+    def show(done, total):
+        print(f"#   {name}: {done / total:.0%} of {total} rank-steps, "
+              f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    return show
+
+
+@small_pages()
+def main(args) -> int:
+    """``pyar sim``: see the module docstring."""
+    loader.load_all(args.load)
+    record = collectives.collective(args.collective)
+    names = [n for n in parse_algorithms(args.algo, args.collective) if n != "mpi"]
+    topology = (pyar.Topology.regular(args.nranks, args.ranks_per_node)
+                if args.ranks_per_node else None)
+    size = args.nranks
+    shape = record.shapes(size, args.count)[0] if record.count(1, size) else (0,)
+    dtype = np.dtype(args.dtype)
+    nodes = f", {len(topology.nodes)} nodes" if topology else ""
+    mode = "traffic only (no data)" if args.no_data else "data checked element by element"
+    what = f"{args.count} {dtype} per {'block' if record.blocked else 'rank'}, {args.op}" \
+        if record.count(1, size) else "no data"
+    print(f"# pyar sim: {record.name} of {what}, {size} ranks{nodes}, in one process; {mode}")
+    inputs = None
+    if record.reduces:                  # load the compiled kernel before anything is timed
+        reduce_into(np.zeros(1, dtype), np.zeros(1, dtype), resolve(args.op).reduction)
+    if not args.no_data:
+        made = time.process_time()
+        flat = samples(size, int(np.prod(shape)), dtype, args.op)
+        inputs = flat.reshape(size, *shape)
+        expected = reference(record, inputs, args.op)
+        print(f"# inputs: {inputs.nbytes} bytes, made and reduced by numpy in "
+              f"{time.process_time() - made:.1f} s of CPU", flush=True)
+    params = tuner.parameters()
+    model = "  model(us)" if args.no_data else ""
+    print(f"# {'algorithm':<20}{'steps':>7}{'max sent':>12}{'mean sent':>12}{'messages':>10}"
+          f"{'inter-node':>12}{'build s':>9}{'sim s':>8}{'(wall)':>8}{model}  correct  "
+          f"(s: CPU seconds of this process)", flush=True)
+    failed, checking = 0, 0.0
+    for k, name in enumerate(names):
+        start = time.process_time()
+        schedule = pyar.schedule(name, size, record.count(int(np.prod(shape)), size),
+                                 collective=record.name, topology=topology)
+        schedule.table()
+        built = time.process_time() - start
+        start, wall = time.process_time(), time.perf_counter()
+        if args.no_data:
+            result = pyar.simulate(schedule, dtype, op=args.op, data=False,
+                                   progress=_progress(name))
+            predicted = f"{cost.predict(schedule, params, dtype).time * 1e6:>11.1f}"
+            verdict = "(not checked)"
+        else:
+            # the last algorithm works in the inputs themselves (a GiB is not copied)
+            last = k == len(names) - 1
+            result = pyar.simulate(schedule, inputs if last else inputs.copy(), op=args.op,
+                                   overwrite=True, progress=_progress(name))
+            predicted = ""
+        seconds, wall = time.process_time() - start, time.perf_counter() - wall
+        if not args.no_data:
+            start = time.process_time()
+            bad = wrong(record, result.outputs, expected, args.op)
+            checking += time.process_time() - start
+            failed += bad
+            verdict = "yes" if not bad else f"NO ({bad} wrong)"
+        sent = [s.bytes_sent for s in result.stats]
+        print(f"  {name:<20}{max(s.steps for s in result.stats):>7}{max(sent):>12}"
+              f"{sum(sent) / len(sent):>12.0f}{sum(s.messages for s in result.stats):>10}"
+              f"{sum(s.bytes_sent_inter_node for s in result.stats):>12}{built:>9.1f}"
+              f"{seconds:>8.1f}{wall:>8.1f}{predicted}  {verdict}", flush=True)
+        del schedule, result
+    if not args.no_data:
+        print(f"# checked every element of every rank's result in {checking:.1f} s of CPU")
+    return 1 if failed else 0

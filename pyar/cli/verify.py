@@ -1,0 +1,8 @@
+"""``pyar verify TARGET ...``: check an allreduce against an exact reference over many MPI jobs
+(:mod:`pyar.verify.driver`)."""
+
+from ..verify import driver
+
+
+def main(args) -> int:
+    return driver.command(args)

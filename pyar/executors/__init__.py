@@ -1,1 +1,0 @@
-"""Executors run schedules: ``mpi`` on real ranks, ``sim`` on all ranks in one process."""

@@ -1,0 +1,1 @@
+"""pyar for training: gradient buckets with overlap, compression transforms, PyTorch."""

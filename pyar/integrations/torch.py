@@ -1,0 +1,131 @@
+"""PyTorch interop (the ``torch`` extra): tensors in the collectives, and a DDP communication hook.
+
+Every pyar collective takes torch tensors for ``x`` and ``out`` and returns
+tensors: a CPU tensor is read and written through ``Tensor.numpy()`` (the
+same memory, no copy; bfloat16 through an int16 view), a CUDA tensor through
+DLPack as a cupy array (:mod:`pyar.runtime.device`); the result is ``out`` itself when
+given, else a tensor sharing the result array's memory. :mod:`pyar.api` comes
+here only for an ``x`` that is not a numpy array, so the numpy path pays
+nothing.
+
+:func:`comm_hook` is a ``DistributedDataParallel.register_comm_hook`` hook
+that averages each DDP bucket with pyar (and a :mod:`pyar.compression`
+transform, its error-feedback state kept per bucket)::
+
+    ddp.register_comm_hook(pyar.torch.HookState(compression="fp16"), pyar.torch.comm_hook)
+
+DDP still needs a process group for its set-up (a gloo one will do: it
+broadcasts the parameters and checks their shapes across ranks when it is
+made); with the hook and ``broadcast_buffers=False`` no gradient goes through
+it (``tests/mpi/test_torch.py`` checks that its sequence number stays put).
+With a progress thread (``pyar.Progress()``) the hook only launches the
+average (one-phase transforms) and returns a future that a helper thread
+completes, so backward goes on meanwhile; otherwise it averages blocking, on
+autograd's thread, and returns a completed future.
+"""
+
+import threading
+import time
+
+import torch
+
+from . import compression as _compression
+from .buckets import average, Flight
+from ..core.buffers import as_array, as_tensor
+from ..runtime.comm import Comm
+from ..runtime import progress
+
+__all__ = ["HookState", "as_array", "as_tensor", "comm_hook"]
+
+
+class HookState:
+    """:func:`comm_hook`'s state: the communicator, the compression and its per-bucket state."""
+
+    def __init__(self, comm=None, compression=None, timeout=None):
+        self.comm = Comm.of(comm)
+        self.transform = _compression.get(compression)
+        self.timeout = timeout
+        self.states: dict = {}        # bucket index -> compression State
+        self.bytes_sent = 0
+
+    def state(self, index: int, count: int):
+        s = self.states.get(index)
+        if s is None or (s.residual is not None and s.residual.size != count):
+            s = self.states[index] = self.transform.state(count)   # (DDP rebuilds buckets)
+        return s
+
+
+def comm_hook(state, bucket) -> torch.futures.Future[torch.Tensor]:
+    """Average a DDP bucket over the ranks with pyar (``state``: a :class:`HookState`, or None
+    for COMM_WORLD, no compression); a future of the bucket's flat tensor.
+
+    With a progress thread running (``pyar.Progress()``, ``PYAR_PROGRESS_THREAD=1``) and a
+    one-phase transform (none, fp16, bf16, top-k), the average is launched and the future
+    completed by a helper thread once the progress thread has finished it, so backward goes
+    on meanwhile; otherwise the average runs here, blocking, and the future is complete."""
+    if state is None:
+        state = _default()
+    buffer = bucket.buffer()
+    a = as_array(buffer)
+    c, t = state.comm, state.transform
+    if t is None:
+        flight = Flight(average(a, c, state.timeout))
+        state.bytes_sent += _compression.sent_bytes("allreduce", a.size, a.dtype, c)
+    else:
+        flight = Flight(t.reduce(a, state.state(bucket.index(), a.size), c, state.timeout))
+        state.bytes_sent += t.wire_bytes(a.size, c)
+    future = torch.futures.Future()
+    if progress.thread is not None and (t is None or t.phases == 1):
+        _completer.add(flight, future, buffer, a)
+    else:
+        _finish(flight, future, buffer, a)
+    return future
+
+
+def _finish(flight, future, buffer, a) -> None:
+    try:
+        result = flight.wait()
+        if result is not None:
+            a[...] = result
+    except BaseException as e:      # (DDP raises it from its wait on the future)
+        future.set_exception(e)
+        return
+    future.set_result(buffer)
+
+
+class _Completer:
+    """A daemon thread completing the futures of hooks whose averages the progress thread
+    advances (it only looks at whether a request is done, then finishes it)."""
+
+    def __init__(self):
+        self.pending, self.wake, self.thread = [], threading.Event(), None
+
+    def add(self, *item) -> None:
+        self.pending.append(item)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="pyar-torch-hooks",
+                                           daemon=True)
+            self.thread.start()
+        self.wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            if not self.pending:
+                self.wake.wait(0.05)
+                self.wake.clear()
+                continue
+            for item in list(self.pending):
+                if item[0].request.done:
+                    self.pending.remove(item)
+                    _finish(*item)
+            time.sleep(50e-6)
+
+
+_completer = _Completer()
+_DEFAULT: list = []
+
+
+def _default():
+    if not _DEFAULT:
+        _DEFAULT.append(HookState())
+    return _DEFAULT[0]

@@ -1,0 +1,178 @@
+"""Mailbox programs: a small call's shared-memory messages, run natively from start to end.
+
+A program is a C-contiguous int64 table of :data:`WIDTH` columns, a row per
+message in the order one rank's call makes them, over memory that the caller
+keeps alive (absolute addresses). Each message has two *halves* (the program's
+call number ``c`` uses half ``c & 1``), each with a *stamp* word: 0 while the
+half is free, else the *mark* of the call whose message is in it (its
+fingerprint, odd, and its sequence number: ``fingerprint | (seq & 0x7FFFFFFF)
+<< 32``, never 0)::
+
+    PUT   (PUT,  stamp0, stamp1, box0, box1, src, nbytes, 0)
+          wait until stamp[half] is 0; copy nbytes from src to box[half];
+          stamp[half] = mark
+    FOLD  (FOLD, stamp0, stamp1, box0, box1, dst, nbytes, type * 4 + op)
+          wait until stamp[half] is not 0; it must be mark; dst = dst op box[half]
+          (the kernels of :mod:`._loops`: type an index into DTYPES, op into OPS);
+          stamp[half] = 0
+    COPY  (COPY, stamp0, stamp1, box0, box1, dst, nbytes, 0)
+          the same, copying box[half] to dst
+
+A FOLD or COPY row whose stamps are 0 is *local*: no wait, no mark, its
+"box" is any memory (an out-of-place call's x: :class:`pyar.runtime.plan.Stream`).
+
+Stamps are read with acquire and written with release ordering, so the bytes
+of a message are visible before its stamp on any processor.
+
+:func:`run` goes from row ``start`` on and returns ``rows`` when the call is
+done, the row at which it gave up waiting after ``spins`` polls of a stamp
+(call it again from there), or ``-1 - row`` when a row's stamp is another
+call's mark (left in place, for the caller's error). Called through
+:func:`runner`, an empty program takes 0.2 - 0.3 us from Python on the
+development machine; the Python loop over a step's stamps, copies and folds
+that it replaces took several times that (BENCHMARKS.md).
+"""
+
+import numpy as np
+from llvmlite import ir
+from numba import carray, literal_unroll, njit, types
+from numba.core import cgutils
+from numba.core.extending import intrinsic
+
+from . import DTYPES, OPS
+from ._cache import serialise
+from ._half import bitcasts
+from ._loops import loops
+
+PUT, FOLD, COPY = range(3)
+WIDTH = 8
+
+_L = loops(njit, njit, *bitcasts(intrinsic))
+_fold_int, _fold_float = _L.fold_int, _L.fold_float
+_fold_f16, _fold_bf16 = _L.fold_f16, _L.fold_bf16
+_I64 = ir.IntType(64)
+_INTEGERS = tuple(d.type for d in DTYPES[:8])      # DTYPES' integer types, in its order
+
+
+@intrinsic
+def _pointer(typingctx, address):
+    """An int64 address as a ``void *`` (for ``numba.carray``)."""
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+    return types.voidptr(types.int64), codegen
+
+
+@intrinsic
+def _load(typingctx, address):
+    """The int64 at ``address``, read with acquire ordering."""
+    def codegen(context, builder, sig, args):
+        return builder.load_atomic(builder.inttoptr(args[0], _I64.as_pointer()), "acquire", 8)
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
+def _store(typingctx, address, value):
+    """``*address = value`` (int64), written with release ordering."""
+    def codegen(context, builder, sig, args):
+        builder.store_atomic(args[1], builder.inttoptr(args[0], _I64.as_pointer()),
+                             "release", 8)
+        return context.get_dummy_value()
+    return types.void(types.int64, types.int64), codegen
+
+
+@intrinsic
+def _copy(typingctx, dst, src, nbytes):
+    """``memcpy(dst, src, nbytes)`` between int64 addresses."""
+    def codegen(context, builder, sig, args):
+        pointer = ir.IntType(8).as_pointer()
+        cgutils.raw_memcpy(builder, builder.inttoptr(args[0], pointer),
+                           builder.inttoptr(args[1], pointer), args[2], 1)
+        return context.get_dummy_value()
+    return types.void(types.int64, types.int64, types.int64), codegen
+
+
+@njit(inline="always")
+def _as(address, n, dtype):
+    """``n`` elements of ``dtype`` at ``address``, as an array."""
+    return carray(_pointer(address), n, dtype)
+
+
+@njit(inline="always")
+def _fold(dst, src, nbytes, kind):
+    """``dst = dst op src`` over nbytes at two addresses; kind = type * 4 + op (types in
+    DTYPES' order: int8 ... uint64, float16, bfloat16, float32, float64)."""
+    op, t = kind & 3, kind >> 2
+    if t < 8:       # integers: 1, 2, 4, 8 bytes, signed, then unsigned
+        n, k = nbytes >> (t & 3), 0
+        for dtype in literal_unroll(_INTEGERS):
+            if k == t:
+                _fold_int(_as(dst, n, dtype), _as(src, n, dtype), op, 0, 1)
+            k += 1
+    elif t == 8:
+        _fold_f16(_as(dst, nbytes >> 1, np.uint16), _as(src, nbytes >> 1, np.uint16), op, 0, 1)
+    elif t == 9:
+        _fold_bf16(_as(dst, nbytes >> 1, np.uint16), _as(src, nbytes >> 1, np.uint16), op, 0, 1)
+    elif t == 10:
+        _fold_float(_as(dst, nbytes >> 2, np.float32), _as(src, nbytes >> 2, np.float32), op,
+                    np.float32(np.nan), 0, 1)
+    else:
+        _fold_float(_as(dst, nbytes >> 3, np.float64), _as(src, nbytes >> 3, np.float64), op,
+                    np.float64(np.nan), 0, 1)
+
+
+@njit(cache=True)      # (holding the GIL: releasing and taking it back costs 0.2 us)
+def run(program, rows, start, call, fingerprint, seq, spins):
+    """Run the rows ``start`` ... of the program at address ``program`` (see the module) for
+    a program's call number ``call`` (its half: ``call & 1``), with the mark ``fingerprint |
+    (seq & 0x7FFFFFFF) << 32``; ``rows`` when done, else where it stopped (``-1 - row``:
+    another call's mark)."""
+    half, mark = call & 1, fingerprint | (seq & 0x7FFFFFFF) << 32
+    table = carray(_pointer(program), (rows, WIDTH), np.int64)
+    for row in range(start, rows):
+        kind, stamp = table[row, 0], table[row, 1 + half]
+        box, other, nbytes = table[row, 3 + half], table[row, 5], table[row, 6]
+        if kind == PUT:
+            polls = spins
+            while _load(stamp) != 0:
+                polls -= 1
+                if polls <= 0:
+                    return row
+            _copy(box, other, nbytes)
+            _store(stamp, mark)
+        else:
+            if stamp != 0:                  # (0: a local row)
+                polls = spins
+                seen = _load(stamp)
+                while seen == 0:
+                    polls -= 1
+                    if polls <= 0:
+                        return row
+                    seen = _load(stamp)
+                if seen != mark:
+                    return -1 - row
+            if kind == FOLD:
+                _fold(other, box, nbytes, table[row, 7])
+            else:
+                _copy(other, box, nbytes)
+            if stamp != 0:
+                _store(stamp, 0)
+    return rows
+
+
+serialise(run)
+
+
+def kind(dtype, op: str) -> int:
+    """A FOLD row's last column: ``dtype`` (one of DTYPES) and ``op`` (one of OPS)."""
+    return DTYPES.index(np.dtype(dtype)) * 4 + OPS.index(op)
+
+
+def runner():
+    """:func:`run`'s machine code for int arguments, called without the dispatcher's type
+    checks (compiled, or loaded from the cache, now)."""
+    table = np.zeros((1, WIDTH), np.int64)
+    run(table.ctypes.data, 0, 0, 0, 1, 0, 1)
+    try:
+        return run.overloads[(types.int64,) * 7].entry_point
+    except (AttributeError, KeyError):
+        return run

@@ -1,0 +1,159 @@
+"""The MPI library's own collectives: the baseline pyar is measured and checked against.
+
+``algorithm="mpi"`` runs them as one step of a call (:class:`Library`), the
+bench times them beside pyar's algorithms, and the oracles take their
+results as the reference. :func:`library_call` gives a collective's MPI call
+with its buffers, datatypes and op bound beforehand: the bare mpi4py call
+(``comm.Allreduce(...)``), what the bench times. Reductions pass the
+element type (:func:`typed`), so the library reduces with its own op; data
+movement passes bytes (:func:`as_bytes`), so any dtype works. MPI has no
+float16 or bfloat16: :func:`library` widens those to float32 and rounds the
+result back once.
+
+A collective that is not built in brings its own call
+(:meth:`pyar.collectives.Collective.library`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+from mpi4py import MPI
+
+from ..collectives import Collective, block
+from ..collectives.allgather import Allgather
+from ..collectives.allreduce import Allreduce
+from ..collectives.alltoall import Alltoall
+from ..collectives.barrier import Barrier
+from ..collectives.bcast import Bcast
+from ..collectives.reduce import Reduce
+from ..collectives.reduce_scatter import ReduceScatter
+from ..kernels import HALF
+from .progress import wait_for
+
+IN_PLACE, BYTE = MPI.IN_PLACE, MPI.BYTE
+_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+
+
+def library_op(reduction: str) -> MPI.Op:
+    """MPI's predefined op for a reduction named ``sum prod max min``."""
+    return _OPS[reduction]
+
+
+def typed(data: np.ndarray):
+    """``data`` as an MPI buffer of its own element type (for the library's reductions)."""
+    return [data, MPI.Datatype.fromcode(data.dtype.char)]
+
+
+def as_bytes(data: np.ndarray):
+    """``data`` as MPI_BYTEs (for the library's data movement: any dtype)."""
+    return [data, data.nbytes, BYTE]
+
+
+def _allreduce(comm, x, out, reduction, root, start):
+    return partial(comm.Iallreduce if start else comm.Allreduce,
+                   IN_PLACE if out is x else typed(x), typed(out), library_op(reduction))
+
+
+def _reduce_scatter(comm, x, out, reduction, root, start):
+    size = comm.Get_size()
+    counts = [b.stop - b.start for b in (block(x.size, size, r) for r in range(size))]
+    return partial(comm.Ireduce_scatter if start else comm.Reduce_scatter, typed(x),
+                   typed(out), counts, library_op(reduction))
+
+
+def _allgather(comm, x, out, reduction, root, start):
+    return partial(comm.Iallgather if start else comm.Allgather, as_bytes(x),
+                   [out, x.nbytes, BYTE])
+
+
+def _reduce(comm, x, out, reduction, root, start):
+    call = comm.Ireduce if start else comm.Reduce
+    if comm.Get_rank() != root:
+        return partial(call, typed(x), None, library_op(reduction), root)
+    return partial(call, IN_PLACE if out is x else typed(x), typed(out),
+                   library_op(reduction), root)
+
+
+def _bcast(comm, x, out, reduction, root, start):
+    return partial(comm.Ibcast if start else comm.Bcast, as_bytes(x), root)
+
+
+def _alltoall(comm, x, out, reduction, root, start):
+    n = out.nbytes // comm.Get_size()
+    return partial(comm.Ialltoall if start else comm.Alltoall,
+                   IN_PLACE if out is x else [x, n, BYTE], [out, n, BYTE])
+
+
+def _barrier(comm, x, out, reduction, root, start):
+    return comm.Ibarrier if start else comm.Barrier
+
+
+_CALLS = {Allreduce: _allreduce, ReduceScatter: _reduce_scatter, Allgather: _allgather,
+          Reduce: _reduce, Bcast: _bcast, Alltoall: _alltoall, Barrier: _barrier}
+
+
+def library_call(record: Collective, comm: MPI.Comm, x, out, reduction, root: int = 0,
+                 start: bool = False):
+    """The MPI library's own ``record`` collective from ``x`` into ``out`` (contiguous arrays
+    of the collective's input and result shapes; ``out is x``: in place) on mpi4py
+    communicator ``comm``, as a callable of no arguments; with ``start``, calling it
+    starts the nonblocking form and returns its request. A built-in collective's is the
+    bare mpi4py call with its arguments bound; another's, its record's
+    :meth:`~pyar.collectives.Collective.library_call`."""
+    call = _CALLS.get(type(record))
+    if call is None:
+        return record.library_call(comm, x, out, reduction, root, start)
+    return call(comm, x, out, reduction, root, start)
+
+
+class Library:
+    """The MPI library's own collective (algorithm ``mpi``) as one step of a call, always in
+    its nonblocking form (every rank must call the same form, and whether a rank can take
+    a lean path depends on what it has in flight); ``after()``, if given, runs once it is
+    complete."""
+
+    __slots__ = ("call", "after", "request")
+
+    def __init__(self, call, after=None):
+        self.call, self.after, self.request = call, after, None    # call(): its request
+
+    def start(self, ctx):
+        self.request = self.call()
+
+    def test(self, ctx):
+        return self.request.Test()
+
+    def finish(self, ctx):
+        if self.after is not None:
+            self.after()
+
+    def pending(self, ctx):
+        return []
+
+    def run(self, bufs, comm, tag, fold):
+        request = self.call()
+        if not request.Test():
+            wait_for(request.Test, None, None)
+        self.finish(None)
+
+
+def library(record: Collective, c, x, work, reduction, root: int) -> Library:
+    """The MPI library's own ``record`` collective on a call's buffers (``work``, as the
+    record prepared them for ``x`` on the :class:`~pyar.runtime.comm.Comm` ``c``), as one
+    step; half types, which MPI does not reduce, widened to float32 and rounded back once
+    at the end."""
+    send, recv, after = record.library_buffers(x, work, c.rank, root)
+    if reduction is not None and send.dtype in HALF:
+        narrow, inner = recv, after
+        in_place = recv is send
+        send = send.astype(np.float32)
+        recv = send if in_place else None if narrow is None else narrow.astype(np.float32)
+
+        def after():
+            if narrow is not None:
+                narrow[...] = recv
+            if inner is not None:
+                inner()
+    return Library(library_call(record, c.mpi, send, recv, reduction, root, start=True), after)

@@ -1,0 +1,358 @@
+"""Shared-memory mailboxes: how a small plan's messages travel between the ranks of one node.
+
+A :class:`pyar.runtime.plan.Resident` sends a message to a rank of its own
+node by copying it into a mailbox that the receiver folds (or copies) from
+in place, instead of posting an MPI request: no handshake, no eager limit,
+and on the development machine an exchange of 8 bytes takes about 1 us
+against 2.2 through MPI's own shared-memory queue. The memory is one MPI-3
+shared window per communicator and node (:class:`Pool`,
+``MPI_Win_allocate_shared``), carved for each plan and element size into
+*channels*, one per ordered pair of ranks that the plan connects, each in
+the receiver's segment::
+
+    [message 0: two halves | message 1: two halves | ...]
+    half: [stamp | bytes], from a cache line on
+
+A half's ``stamp`` is 0 while it is free; the sender copies a message in,
+then sets the stamp to the call's mark (``_mark`` in :mod:`pyar.runtime.plan`: the
+fingerprint of the call, its collective, op, dtype, count, root and
+algorithm, and its sequence number); the receiver waits for a stamp, compares
+it with its own call's mark (another: MismatchError, since several calls of
+one plan share its channels, and a same-size dtype or another op would
+otherwise be folded silently), folds or copies from the half in place, and
+clears the stamp. So one word per message carries the handshake and the
+check, in the cache line that its first bytes travel in. Message ``k`` of a
+call goes to half ``c mod 2`` of slot ``k`` (``c`` the plan's calls so far):
+calls alternate halves, so a sender waits only until the receiver has taken
+the message two calls back in that half.
+MPI_Win_sync orders copies and stamps where the processor could reorder
+them (after a copy, before its stamp; after seeing a stamp, before reading
+the half; before clearing it), which x86-64 never does: its stores become
+visible in program order and its loads pass no earlier load and no later
+store, so there the stamps alone suffice (each copy and stamp access is its
+own C call, so no compiler reorders them either). A Resident whose messages
+all go through mailboxes runs them as one native program
+(:mod:`pyar.kernels.mailbox`), which reads stamps with acquire and writes
+them with release ordering: the same order, on any processor.
+
+Carving is collective over the node (every rank does it at the same call of
+the plan, in :meth:`Pool.channels`); a plan whose channels do not fit in
+what is left of some rank's segment sends through MPI (carved space is
+given back only with the communicator). A large plan's
+:class:`pyar.runtime.plan.Stream` sends its messages in pieces through
+mailboxes of a piece each (:meth:`Pool.streams`), shared by every such plan
+whose ranks connect alike: only one runs at a time on a communicator. Every
+wait goes through :func:`pyar.runtime.progress.wait_for` (bounded by
+``PYAR_TIMEOUT`` or a call's ``timeout=``); after a few polls a waiting rank
+yields its core, so that an oversubscribed node still moves. A call
+interrupted by an error leaves the plan's mailboxes out of step: later calls
+of that plan (and of the plans sharing its Stream's mailboxes) raise.
+``PYAR_SHM_BYTES`` sets each rank's segment (default :data:`POOL_BYTES`; 0: no
+mailboxes, every message through MPI). ``PYAR_RANKS_PER_NODE``'s emulated nodes
+share no mailboxes.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+import zlib
+from itertools import chain
+
+import numpy as np
+from mpi4py import MPI
+
+from . import settings
+from ..core.errors import TimeoutError
+from ..core.topology import Topology
+from . import progress
+
+POOL_BYTES = 4 << 20        # each rank's segment of a communicator's window
+_LINE = 64                  # bytes: every half starts on a cache line
+_STAMP = 8                  # bytes: a half's stamp, in its first line with its first bytes
+_ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store order
+PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
+_patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
+_clock = time.perf_counter
+_CPUS = 1 << 14              # processor numbers an affinity mask is read up to
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _LINE) * _LINE
+
+
+def _digest(sizes: list[int]) -> int:
+    """A fingerprint of a channel's message sizes (both ends compute it, and compare)."""
+    return zlib.crc32(np.array(sizes, np.int64).tobytes()) + 1     # never 0: no channel
+
+
+def _word(segment: np.ndarray, offset: int) -> memoryview:
+    """The int64 at ``offset`` of ``segment``, as a memoryview (cheaper to poll than numpy)."""
+    return memoryview(segment[offset:offset + 8]).cast("q")
+
+
+def await_stamp(stamp: memoryview, free: bool, deadline=None, where: str = "",
+                peer: int = -1) -> int:
+    """``stamp``'s word once it is 0 (``free``: the half's last message has been taken) or
+    once it is not (a message is in): a Resident's lean path's wait. Past ``deadline``,
+    pyar.TimeoutError saying ``where`` waited for ``peer``. It polls itself a few times
+    first (the peer is usually a moment behind: a poll here costs a third of one through a
+    function), then waits :func:`patiently`."""
+    for _ in range(progress.SPINS):
+        if (not (seen := stamp[0])) is free:
+            return seen
+
+    def polled() -> bool:
+        for _ in range(256):
+            if (not stamp[0]) is free:
+                return True
+        return False
+    patiently(lambda: (not stamp[0]) is free, deadline, gave_up(where, peer), polled)
+    return stamp[0]
+
+
+def patiently(test, deadline, stalled, eager=None) -> None:
+    """Wait until ``test()`` is true: on a node with a core for each of its ranks, by polling
+    ``eager()`` (a longer poll of the same condition; default ``test``) for up to
+    :data:`PATIENCE` (yielding the core to another process on a busy machine costs that
+    process's whole time slice, 30 us a call and more measured), then in
+    :func:`~.progress.wait_for` (bounded by ``deadline``, past it ``stalled``), which yields
+    after a few polls more."""
+    if _patience[0]:
+        eager = eager or test
+        until = _clock() + _patience[0]
+        while _clock() < until:
+            if eager():
+                return
+    progress.wait_for(test, deadline, stalled)
+
+
+def patience() -> float:
+    """Seconds a waiting rank polls before it starts to yield its core: :data:`PATIENCE`,
+    or 0 once a pool's node has turned out oversubscribed."""
+    return _patience[0]
+
+
+def gave_up(where: str, peer: int):
+    """The ``stalled`` of a lean-path wait: the TimeoutError saying ``where`` waited for
+    ``peer``, and how long."""
+    return lambda waited: TimeoutError(f"{where} waited for rank {peer}; gave up after "
+                                       f"{waited:.1f} s")
+
+
+def cores_of(node: MPI.Comm) -> int:
+    """How many processors the ranks of ``node`` (one node's) may run on together: the
+    union of their affinity masks (collective over ``node``)."""
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else \
+        range(os.cpu_count() or 1)
+    union = np.zeros(_CPUS, np.uint8)
+    union[[cpu for cpu in mine if cpu < _CPUS]] = 1
+    node.Allreduce(MPI.IN_PLACE, union, MPI.MAX)
+    return int(union.sum())
+
+
+class Channel:
+    """One ordered pair's mailboxes in one plan: ``m`` messages a call, two halves each.
+
+    ``slots[k]`` are message k's two halves (uint8 arrays), ``stamps[k]`` their
+    stamps (a word each, in the half's first cache line, before its bytes), and
+    ``addresses[k]`` where the stamps and the halves' bytes are: (stamp0, stamp1,
+    bytes0, bytes1), for a native program (:mod:`pyar.kernels.mailbox`).
+    """
+
+    __slots__ = ("peer", "slots", "stamps", "addresses")
+
+    def __init__(self, peer: int, segment: np.ndarray, base: int, sizes: list[int]):
+        self.peer, self.slots, self.stamps, self.addresses = peer, [], [], []
+        origin, at = segment.ctypes.data, base
+        for n in sizes:
+            step = _aligned(_STAMP + n)
+            self.stamps.append((_word(segment, at), _word(segment, at + step)))
+            self.addresses.append((origin + at, origin + at + step,
+                                   origin + at + _STAMP, origin + at + step + _STAMP))
+            at += _STAMP
+            self.slots.append((segment[at:at + n], segment[at + step:at + step + n]))
+            at += 2 * step - _STAMP
+
+    def halves(self, k: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """Message k's two halves, as arrays of ``dtype``."""
+        return tuple(half.view(dtype) for half in self.slots[k])
+
+    @staticmethod
+    def bytes(sizes: list[int]) -> int:
+        return sum(2 * _aligned(_STAMP + n) for n in sizes)
+
+
+class Channels:
+    """A plan's channels for one element size: ``out[peer]``, ``into[peer]`` (comm ranks), the
+    calls run so far (None once unusable), and the memory barrier ``sync`` (MPI_Win_sync;
+    None on x86-64, which needs none)."""
+
+    def __init__(self, out: dict, into: dict, sync):
+        self.out, self.into, self.sync, self.calls = out, into, sync, 0
+
+
+class Pool:
+    """This rank's segment of a shared window over the ranks of ``comm`` on its node.
+
+    Made collectively (by :func:`pool_of`); freed collectively by :meth:`free`. It also
+    finds out whether the node has a processor for each of the communicator's ranks on it
+    (``cores``, ``oversubscribed``); once a pool has found its node oversubscribed, every
+    wait in :func:`await_stamp` yields early, and every stalled wait naps
+    (:data:`.progress.napping`).
+    """
+
+    def __init__(self, comm: MPI.Comm, nbytes: int):
+        rank, size = comm.Get_rank(), comm.Get_size()
+        shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        self.cores = cores_of(shared)
+        self.oversubscribed = shared.Get_size() > self.cores
+        if self.oversubscribed:             # polling then takes a core a peer needs
+            _patience[0] = 0.0
+            progress.napping = True
+        per_node = settings.current().ranks_per_node
+        emulated = Topology.regular(size, per_node).node_of[rank] if per_node else 0
+        self.node = shared.Split(emulated, rank)
+        shared.Free()
+        group, local = comm.Get_group(), self.node.Get_group()
+        ranks = MPI.Group.Translate_ranks(group, list(range(size)), local)
+        group.Free()
+        local.Free()
+        self.local = {r: n for r, n in enumerate(ranks) if n != MPI.UNDEFINED}
+        nbytes = -(-nbytes // 4096) * 4096      # whole pages: every segment starts aligned
+        self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.node)
+        self.win.Lock_all()
+        self.segments = [np.frombuffer(self.win.Shared_query(n)[0], np.uint8)
+                         for n in range(self.node.Get_size())]
+        mine = self.segments[self.node.Get_rank()]
+        self.used = -mine.ctypes.data % _LINE   # stamps never straddle a cache line
+        self.carved: list[Channels] = []
+        self.streamed: dict = {}        # the ranks' pairs -> their Streams' Channels (or None)
+
+    def channels(self, spans, itemsize: int) -> Channels | None:
+        """Carve mailboxes for the messages of ``spans`` (a plan's (where, sends, recvs) per
+        step) that stay on this node; None if some rank's segment has no room (then all
+        ranks send through MPI). Collective over the node."""
+        out, into = {}, {}
+        for _, sends, recvs in spans:
+            for boxes, wires in ((out, sends), (into, [r.wire for r in recvs])):
+                for w in wires:
+                    if w.peer in self.local:
+                        boxes.setdefault(w.peer, []).append((w.hi - w.lo) * itemsize)
+        return self._carve(out, into)
+
+    def streams(self, spans, piece: int, streamable: bool = True) -> Channels | None:
+        """The mailboxes of a :class:`pyar.runtime.plan.Stream`, whose messages go in pieces
+        of at most ``piece`` bytes: between two ranks, a mailbox for each message of a step
+        (the most of any step). A stream call runs alone on its communicator, so every plan
+        whose ranks all connect alike shares them. None unless every message of every rank
+        of the node has one (and every rank's plan is ``streamable``). Collective over the
+        node (an allgather of each rank's pairs; the first such plan carves)."""
+        out, into, remote = {}, {}, False
+        for _, sends, recvs in spans:
+            for boxes, wires in ((out, sends), (into, [r.wire for r in recvs])):
+                step: dict = {}
+                for w in wires:
+                    remote |= w.peer not in self.local
+                    step[w.peer] = step.get(w.peer, 0) + 1
+                for peer, n in step.items():
+                    boxes[peer] = max(boxes.get(peer, 0), n)
+        pairs = [piece, *chain(*sorted(out.items())), -1, *chain(*sorted(into.items()))]
+        mine = np.array([0 if remote or not streamable else _digest(pairs)], np.int64)
+        keys = np.empty(len(self.segments), np.int64)
+        _bounded(self.node.Iallgather(mine, keys), (mine, keys))
+        if not keys.all():
+            return None
+        key = keys.tobytes()
+        if key not in self.streamed:
+            self.streamed[key] = self._carve({p: [piece] * n for p, n in out.items()},
+                                             {p: [piece] * n for p, n in into.items()}, True)
+        return self.streamed[key]
+
+    def _carve(self, out: dict, into: dict, whole: bool = False) -> Channels | None:
+        """Channels for the mailboxes of ``out`` and ``into`` (per peer, their sizes in bytes);
+        with ``whole``, None unless every pair of the node agrees (else such a pair's
+        messages go through MPI). Collective over the node."""
+        mine = self.segments[self.node.Get_rank()]
+        mine_at = self.used
+        table = np.zeros((len(self.segments), 3), np.int64)    # per node rank: its row
+        for peer in sorted(into):
+            row = table[self.local[peer]]
+            row[:] = mine_at, _digest(into[peer]), 0
+            mine_at += Channel.bytes(into[peer])
+        for peer, sizes in out.items():
+            table[self.local[peer], 2] = _digest(sizes)
+        fits = np.array([mine_at <= len(mine)], np.int64)
+        _bounded(self.node.Iallreduce(MPI.IN_PLACE, fits, MPI.MIN), fits)
+        if not fits[0]:
+            return None
+        mine[self.used:mine_at] = 0
+        start, self.used = self.used, mine_at
+        self.win.Sync()
+        theirs = np.empty_like(table)
+        _bounded(self.node.Ialltoall(table, theirs), (table, theirs))  # (where my channel
+        self.win.Sync()             # to them starts, what they expect from me, what they send me)
+        # a pair whose ranks disagree on its messages (the ranks' plans differ) goes through
+        # MPI: a message of another size is reported by its receiver
+        wanted = len(out) + len(into)
+        out = {p: Channel(p, self.segments[self.local[p]], int(theirs[self.local[p], 0]), sizes)
+               for p, sizes in out.items() if theirs[self.local[p], 1] == _digest(sizes)}
+        into = {p: Channel(p, mine, int(table[self.local[p], 0]), sizes)
+                for p, sizes in into.items() if theirs[self.local[p], 2] == _digest(sizes)}
+        if whole:
+            agreed = np.array([len(out) + len(into) == wanted], np.int64)
+            _bounded(self.node.Iallreduce(MPI.IN_PLACE, agreed, MPI.MIN), agreed)
+            if not agreed[0]:
+                self.used = start
+                return None
+        carved = Channels(out, into, None if _ORDERED else self.win.Sync)
+        self.carved.append(carved)
+        return carved
+
+    def free(self) -> None:
+        """Free the window and the node communicator (collective over the node); Residents
+        on its channels raise from now on."""
+        for carved in self.carved:
+            carved.calls = None
+        self.segments, self.carved, self.streamed = [], [], {}
+        if not MPI.Is_finalized():
+            self.win.Unlock_all()
+            self.win.Free()
+            self.node.Free()
+
+
+def _bounded(request, buffers) -> None:
+    """Wait for a carving's collective ``request`` until PYAR_TIMEOUT (as agreed) at most: a
+    rank whose plan needs mailboxes the others' do not (another element size) must not
+    wait for ever."""
+    timeout = settings.current().timeout
+    try:
+        progress.wait_for(request.Test, progress.deadline_of(timeout), lambda waited:
+                          TimeoutError(f"setting up shared-memory mailboxes (a plan's first "
+                                       f"blocking call with this element size) waited "
+                                       f"{waited:.1f} s for the other ranks of the node"))
+    except BaseException:
+        progress.ABANDONED.append((request, buffers))   # still posted: MPI may write there
+        raise
+
+
+def _free_pool(comm, keyval, pool) -> None:
+    if pool:            # (False: the communicator has no mailboxes)
+        pool.free()
+
+
+_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_pool)     # a communicator's Pool
+
+
+def pool_of(comm: MPI.Comm) -> Pool | None:
+    """The :class:`Pool` of ``comm``, made on the first call (collective) and freed with
+    ``comm``; None if PYAR_SHM_BYTES is 0 (as every rank agreed on it:
+    :func:`pyar.runtime.settings.current`)."""
+    found = comm.Get_attr(_KEYVAL)
+    if found is None:
+        agreed = settings.current().shm_bytes
+        nbytes = POOL_BYTES if agreed is None else agreed
+        found = Pool(comm, nbytes) if nbytes else False
+        comm.Set_attr(_KEYVAL, found)
+    return found or None

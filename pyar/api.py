@@ -4,7 +4,7 @@ Every collective, blocking or not, goes through :func:`_run`: its record
 (:mod:`pyar.collectives`) turns the caller's arrays into the one buffer the
 schedule runs on, and this rank's compiled plan (or the MPI library's own
 collective for ``algorithm="mpi"``) becomes a :class:`~pyar.runtime.progress.Run`.
-A blocking call waits for it (on the executor's lean paths when nothing
+A blocking call waits for it (on the runtime's lean paths when nothing
 else needs attention: no deadline, no hook, nothing in flight); a
 nonblocking one (``iallreduce`` ...) returns it as a :class:`pyar.Request`.
 ``timeout=`` (else ``PYAR_TIMEOUT``) bounds every wait of a call.

@@ -17,7 +17,7 @@ MARK, OTHER = (7 << 32) | FINGERPRINT, (8 << 32) | FINGERPRINT    # calls number
 
 class Pair:
     """A channel of messages of ``sizes`` bytes in a segment, with a sender's and a
-    receiver's program over it (rows built as pyar.runtime.plan.Resident builds them)."""
+    receiver's program over it (rows built as pyar.runtime.programs.Resident builds them)."""
 
     def __init__(self, sizes, srcs, dsts, kinds):
         self.segment = np.zeros(4096 + sum(2 * (n + 128) for n in sizes), np.uint8)

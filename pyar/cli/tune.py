@@ -5,11 +5,11 @@ describes the link between them (place them as the ranks of your jobs are
 placed). What is measured, each the lower quartile of many timed calls:
 
 - ``alpha``: the time a step of a small plan takes, as pyar runs it (on a
-  :class:`~pyar.runtime.plan.Resident`: mailboxes in shared memory between
+  :class:`~pyar.runtime.programs.Resident`: mailboxes in shared memory between
   ranks of a node, else persistent requests): the slope of the time of a
   pyar schedule of k one-element exchanges against k; ``resident`` is
   RESIDENT_BYTES, the largest buffer run that way.
-- ``delta``: what a step adds on the executor's general path: the same
+- ``delta``: what a step adds on the runtime's general path: the same
   slope in a buffer above RESIDENT_BYTES, less alpha. The intercept of the
   small plan (pyar's overhead per call, the same for every algorithm) is
   reported, not used.
@@ -125,7 +125,7 @@ _PAD = RESIDENT_BYTES // 8 + 1  # float64 elements: a buffer this big runs on th
 
 def _steps(rank, size, count, topology=None):
     """One-element exchanges with the partner rank (2 ranks only): ``count - _PAD`` of them in
-    a buffer of ``count >= _PAD`` float64 elements (the executor's general path), else
+    a buffer of ``count >= _PAD`` float64 elements (the runtime's general path), else
     ``count - 2`` (a small plan, on a Resident)."""
     peer = 1 - rank
     return [Step([Send(peer, Chunk("data", 0, 1)), Recv(peer, Chunk("data", 1, 2))])
@@ -134,7 +134,7 @@ def _steps(rank, size, count, topology=None):
 
 def _step_times(pair, iters: int) -> tuple[float, float, float]:
     """(seconds per step on a Resident, seconds per call besides its steps there, seconds per
-    step on the general path) of pyar's MPI executor: one Comm, both paths."""
+    step on the general path) of pyar's runtime: one Comm, both paths."""
     register_algorithm(_NAME)(_steps)       # registered only in a process that tunes
     comm = Comm(pair)
 

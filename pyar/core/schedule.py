@@ -1,8 +1,9 @@
 """Schedules are data: the per-rank lists of steps an algorithm performs.
 
 A schedule never touches MPI. An algorithm is a pure builder
-``builder(rank, size, count, topology=None) -> list[Step]``; the executors in
-:mod:`pyar.runtime` run what it returns, the simulator included.
+``builder(rank, size, count, topology=None) -> list[Step]``; the runtime
+(:mod:`pyar.runtime`) runs what it returns on real ranks, the simulator
+(:mod:`pyar.model.sim`) on all of them in one process.
 
 Step semantics: the transfers of a step are posted together and completed
 together. Sends read the buffers as they were when the step began; every
@@ -188,7 +189,7 @@ class Table(NamedTuple):
                      np.roll(self.nsteps, root))
 
     def steps_of(self, rank: int) -> list[Step]:
-        """Rank ``rank``'s steps as Step objects (what the executors take)."""
+        """Rank ``rank``'s steps as Step objects (what the runtime and the simulator take)."""
         lo, hi = np.searchsorted(self.rank, [rank, rank + 1])
         steps = [[] for _ in range(int(self.nsteps[rank]))]
         for i, send, peer, scratch, a, b, reduce in zip(
@@ -202,7 +203,7 @@ class Table(NamedTuple):
 class Schedule:
     """The steps of every rank of one collective instance.
 
-    Built lazily, one rank at a time, and memoised: the MPI executor asks for
+    Built lazily, one rank at a time, and memoised: the runtime asks for
     one rank only, the simulator for all of them (as a :class:`Table`, which a
     builder with a ``table(size, count, topology) -> Table`` attribute makes for
     all ranks at once, vectorized; it must equal the per-rank lists). Builders of rooted

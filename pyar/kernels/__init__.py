@@ -9,7 +9,7 @@ cached on disk (:mod:`.host`); device arrays (anything with
 ``__cuda_array_interface__``, e.g. cupy) to numba.cuda grid-stride kernels on
 the caller's stream (:mod:`.device`: numba.cuda is imported only then). :mod:`.mailbox` runs
 a small call's shared-memory messages, copies and folds with these loops, as
-one native program (the executor's mailboxes).
+one native program (the runtime's mailboxes).
 
 Semantics are numpy's, made commutative bit for bit (``a op b`` and ``b op a``
 have the same bits), so that algorithms in which two ranks fold the same pair
@@ -84,7 +84,7 @@ def folder(dtype, op):
     """``fold(dst, src)``: :func:`reduce_into` on host arrays of ``dtype`` with ``op`` resolved
     once and nothing checked per call (about a microsecond less a call), for callers that
     guarantee what reduce_into checks: 1-D C-contiguous writable numpy arrays of ``dtype``
-    and one length (the executors' own buffers)."""
+    and one length (the runtime's own buffers)."""
     kernel, half, code, nan = _resolved(dtype, op)
     if half:
         return lambda dst, src: kernel(dst.view(np.uint16), src.view(np.uint16), code)
@@ -95,7 +95,7 @@ def folder(dtype, op):
 
 def bound_fold(dst, src, op):
     """``fold()``: :func:`reduce_into` ``(dst, src, op)`` with the arrays, op and kernel bound
-    now, for a caller that folds the same two buffers again and again (the executor's
+    now, for a caller that folds the same two buffers again and again (the runtime's
     resident buffers for small messages); the arrays are checked here, once."""
     _host_kernels(dst, src, None)
     if not (dst.flags.c_contiguous and src.flags.c_contiguous):

@@ -19,7 +19,7 @@ fingerprint, odd, and its sequence number: ``fingerprint | (seq & 0x7FFFFFFF)
           the same, copying box[half] to dst
 
 A FOLD or COPY row whose stamps are 0 is *local*: no wait, no mark, its
-"box" is any memory (an out-of-place call's x: :class:`pyar.runtime.plan.Stream`).
+"box" is any memory (an out-of-place call's x: :class:`pyar.runtime.programs.Stream`).
 
 Stamps are read with acquire and written with release ordering, so the bytes
 of a message are visible before its stamp on any processor.

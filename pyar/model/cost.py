@@ -4,7 +4,7 @@ Parameters (:class:`Params`): a message of ``b`` bytes takes ``alpha + b*beta``
 seconds on the wire; folding ``b`` received bytes into a chunk takes
 ``b*gamma`` more (gamma per dtype); a rank pays ``delta`` of software
 overhead each time it posts a step, unless the schedule's buffer is at most
-``resident`` bytes (the MPI executor then runs it on a Resident, whose
+``resident`` bytes (the runtime then runs it on a Resident, whose
 steps cost what a bare message does, and which passes messages within a
 node through shared memory: no rendezvous either, see below).
 
@@ -22,7 +22,7 @@ The model is a discrete-event timeline over the steps of all ranks:
   one after another.
 - A step ends when its last message has been delivered, plus ``b*gamma`` for
   each receive that folds (the folds run one after another at the end of the
-  step, as the executors do them).
+  step, as the runtime does them).
 
 The time of the schedule is when its last rank ends. :func:`predict` also
 splits that time along the critical path into its alpha, beta, gamma and

@@ -21,7 +21,7 @@ mailboxes, CUDA-awareness, tuning file), one line per collective call
 and why, and its time), each new ``auto`` choice with the cost model's
 top predictions (TUNE). TRACE adds every step (P2P: peers, bytes, how long
 it waited). Whether calls are logged is decided when a Comm is made (the
-level of ``pyar.COLL``/``pyar.P2P`` then): logged calls take the executor's
+level of ``pyar.COLL``/``pyar.P2P`` then): logged calls take the runtime's
 instrumented path (its event hook, :data:`pyar.runtime.progress.hook`);
 otherwise nothing on the fast path looks at logging at all.
 """
@@ -85,7 +85,7 @@ def _subsystem(record: logging.LogRecord) -> bool:
 
 def comm_made(c) -> None:
     """A Comm was made: log what was set up (INIT), and if its calls are to be logged, put
-    the logging listener on the executor's event hook."""
+    the logging listener on the runtime's event hook."""
     configure(_world_rank(c), c.settings.debug, c.settings.debug_subsys)
     init = loggers["INIT"]
     if init.isEnabledFor(logging.INFO):

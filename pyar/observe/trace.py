@@ -15,7 +15,7 @@ different ranks line up to within a barrier's exit skew (microseconds on one
 node). At exit each rank writes ``<file>.rank<R>.part``; rank 0 waits up to
 :data:`MERGE_SECONDS` for the others' and merges them into ``<file>`` (``pyar
 trace FILE`` merges parts left behind). Tracing takes every call off the
-executor's lean paths (it listens on the event hook); at most
+runtime's lean paths (it listens on the event hook); at most
 :data:`MAX_EVENTS` events are kept per rank (the file says how many were
 dropped).
 

@@ -30,7 +30,7 @@ from ..collectives.bcast import Bcast
 from ..collectives.reduce import Reduce
 from ..collectives.reduce_scatter import ReduceScatter
 from ..kernels import HALF
-from .progress import wait_for
+from .progress import Step
 
 IN_PLACE, BYTE = MPI.IN_PLACE, MPI.BYTE
 _OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
@@ -108,13 +108,13 @@ def library_call(record: Collective, comm: MPI.Comm, x, out, reduction, root: in
     return call(comm, x, out, reduction, root, start)
 
 
-class Library:
+class Library(Step):
     """The MPI library's own collective (algorithm ``mpi``) as one step of a call, always in
-    its nonblocking form (every rank must call the same form, and whether a rank can take
-    a lean path depends on what it has in flight); ``after()``, if given, runs once it is
-    complete."""
+    its nonblocking form (every rank must call the same form, and whether a rank blocks
+    depends on what it has in flight); ``after()``, if given, runs once it is complete."""
 
     __slots__ = ("call", "after", "request")
+    where = "the MPI library's collective"
 
     def __init__(self, call, after=None):
         self.call, self.after, self.request = call, after, None    # call(): its request
@@ -129,14 +129,6 @@ class Library:
         if self.after is not None:
             self.after()
 
-    def pending(self, ctx):
-        return []
-
-    def run(self, bufs, comm, tag, fold):
-        request = self.call()
-        if not request.Test():
-            wait_for(request.Test, None, None)
-        self.finish(None)
 
 
 def library(record: Collective, c, x, work, reduction, root: int) -> Library:

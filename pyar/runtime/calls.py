@@ -4,7 +4,7 @@
 arrays and arguments into a :class:`~pyar.runtime.progress.Run` of this
 rank's compiled plan (cached on the :class:`Comm`, agreed on by every rank
 at its first call) or of the MPI library's own collective, or, for a
-blocking call that may take the executor's lean paths, a function making
+blocking call that may take the runtime's lean paths, a function making
 it. :mod:`pyar.api` waits for the run or puts it in flight; the device path
 (:mod:`pyar.runtime.device`) builds its host calls here too.
 """
@@ -31,7 +31,7 @@ recorder.on_call_path(__file__)     # a call record's caller is outside this mod
 def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remember=None,
            then=None):
     """(run, lean) of one call on the numpy array ``x``: the :class:`Run`, or for a blocking
-    call that may take the executor's lean paths (no deadline, no hook, nothing in
+    call that may take the runtime's lean paths (no deadline, no hook, nothing in
     flight), None and a no-argument function making the call. ``then(result)`` maps the
     result, if given (the device path's copy back)."""
     buffers.check_array(x)
@@ -90,7 +90,7 @@ def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remem
         def lean():
             try:
                 if plan is None:
-                    step.run(None, None, None, None)
+                    step.run(None)
                 else:
                     plan.run(c.mpi, tag, work.data, reduction, source, call, c.seq)
             except BaseException as e:

@@ -27,7 +27,7 @@ from mpi4py import MPI
 from . import recorder, settings
 from ..core.errors import MismatchError, PyarError, TimeoutError
 from . import notice, progress
-from .plan import tag_bits
+from .p2p import tag_bits
 from ..core.topology import Topology
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
@@ -206,7 +206,7 @@ class Comm:
     def next_tag(self, entry: tuple = (1, None)) -> int:
         """Number the next collective on this Comm (:attr:`seq`) and remember its ``entry``,
         ``(fingerprint, call)`` (:mod:`pyar.runtime.notice`); its tag: the fingerprint
-        and the sequence number (:func:`pyar.runtime.plan.tag_bits`), so that collectives
+        and the sequence number (:func:`pyar.runtime.p2p.tag_bits`), so that collectives
         in flight together have tags of their own and a message of another call never
         matches."""
         seq = self.seq = self.seq + 1

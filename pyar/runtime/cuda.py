@@ -37,7 +37,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..kernels import reduce_into
-from .plan import Context
+from .p2p import Context
 from .settings import setting
 
 ENV = "PYAR_CUDA_AWARE"
@@ -117,12 +117,12 @@ _DEVICE_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def execution(plan, comm, tag: int, data, reduction, alone: bool = True):
-    """(steps, ctx, done, abandon) of one call of ``plan`` (a :class:`~.mpi.Plan`) on ``data``,
-    a 1-D contiguous cupy array of ``schedule.count`` elements, as :meth:`.mpi.Plan.execution`
+    """(steps, ctx, done, abandon) of one call of ``plan`` (a :class:`~.plan.Plan`) on ``data``,
+    a 1-D contiguous cupy array of ``schedule.count`` elements, as :meth:`.plan.Plan.execution`
     gives them for host arrays: device scratch and landing buffers (the plan's, or with
     ``alone`` False of the call's own), folds as CUDA kernels on cupy's current stream,
     which is synchronized now and after every step. A blocking call of a plan of at most
-    :data:`HOST_BYTES` runs on its :class:`~.mpi.Resident` in host memory, as a host rank
+    :data:`HOST_BYTES` runs on its :class:`~.programs.Resident` in host memory, as a host rank
     runs it (its messages may go through shared memory, which MPI does not see)."""
     cupy = sys.modules["cupy"]
     stream = cupy.cuda.get_current_stream()

@@ -19,7 +19,7 @@ way the data goes is decided once per process
   into segments and pipeline the copies with the messages, and fold on the
   GPU when the message is large enough that the GPU's bandwidth repays
   moving the incoming data back (a few hundred KiB and up): that needs the
-  executor to stage per step, which this module does not do.
+  runtime to stage per step, which this module does not do.
 
 Both ways cost one device copy more than the numpy path for ``out=x`` (the
 work buffer is always fresh). cupy has no bfloat16, so device data is never

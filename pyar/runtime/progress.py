@@ -2,15 +2,15 @@
 
 A collective call is a :class:`Run`: a compiled plan's steps (or the MPI
 library's own nonblocking collective, as one step) on the call's buffers.
-Every step, whatever its transport (paired ``MPI_Sendrecv``, ``Isend``/
-``Irecv``, shared-memory mailboxes, device buffers), has one protocol::
+Every step, whatever its transport (``Isend``/``Irecv``, shared-memory
+mailboxes and persistent requests, native mailbox programs, device
+buffers), is a :class:`Step`, one protocol implemented once per kind::
 
     start(ctx)      post its transfers
     test(ctx)       True once they are all complete (never blocks)
     finish(ctx)     fold and copy what arrived, in the schedule's order
-    run(...)        start, block, finish: the lean path, used only when nothing
-                    else needs attention (no deadline, no hook, nothing in flight)
     pending(ctx)    the peers it still waits for (for error messages)
+    run(ctx)        start, wait, finish: its blocking form, derived from the above
 
 :meth:`Run.progress` advances a run as far as it can without blocking, so a
 nonblocking collective is a run the caller's ``test``/``wait``, the next
@@ -37,6 +37,7 @@ import os
 import threading
 import time
 import warnings
+from functools import partial
 
 from ..core.errors import PyarError, TimeoutError
 
@@ -56,6 +57,46 @@ napping = False             # set once a node turned out oversubscribed (.shm.Po
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _monotonic = time.monotonic
 _sleep = time.sleep
+
+
+class Step:
+    """One step of a call on some transport: the protocol of the module docstring. A kind of
+    step implements :meth:`start`, :meth:`test`, :meth:`finish` and :meth:`pending` once;
+    :meth:`run`, the blocking form, follows from them. ``where`` names it in errors
+    (``"rank 3 step 2"``); ``ctx`` is the call's state for it, whatever its kind needs."""
+
+    __slots__ = ()
+    where = "a step"
+
+    def start(self, ctx) -> None:
+        """Post the step's transfers."""
+        raise NotImplementedError
+
+    def test(self, ctx) -> bool:
+        """Whether every transfer is complete (never blocks)."""
+        raise NotImplementedError
+
+    def finish(self, ctx) -> None:
+        """Fold and copy what arrived, in the schedule's order."""
+
+    def pending(self, ctx) -> list[int]:
+        """The peers the step still waits for."""
+        return []
+
+    def run(self, ctx, deadline=None) -> None:
+        """Start, wait through :func:`wait_for` (until ``deadline``, a ``time.monotonic()``
+        value, at most; then pyar.TimeoutError naming the peers it waited for), finish."""
+        self.start(ctx)
+        if not self.test(ctx):
+            wait_for(partial(self.test, ctx), deadline, partial(self.stalled, ctx))
+        self.finish(ctx)
+
+    def stalled(self, ctx, waited: float) -> TimeoutError:
+        """The error of a wait for this step that ran past its deadline after ``waited`` s."""
+        peers = self.pending(ctx)
+        waiting = f" for rank{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}" \
+            if peers else ""
+        return TimeoutError(f"{self.where} waited{waiting}; gave up after {waited:.1f} s")
 
 
 class Run:

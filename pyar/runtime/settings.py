@@ -1,4 +1,4 @@
-"""The ``PYAR_*`` environment variables a Comm and the executors use, read and checked here.
+"""The ``PYAR_*`` environment variables a Comm and the runtime use, read and checked here.
 
 ===================== ============================================== =========================
 variable              value                                          unset
@@ -11,7 +11,7 @@ PYAR_TIMEOUT          seconds > 0 any wait of a collective may       no limit
                       last, then pyar.TimeoutError (a Comm takes
                       it when made; ``timeout=`` overrides it)
 PYAR_CUDA_AWARE       0 or 1: whether MPI takes device buffers       the probes decide
-                      (read by executors.cuda, checked here)         (executors.cuda)
+                      (read by runtime.cuda, checked here)           (runtime.cuda)
 PYAR_TRACE_BUFFER     calls >= 0 the flight recorder keeps per       2000
                       communicator (pyar.runtime.recorder); 0: off
 PYAR_DEBUG            WARN, INFO or TRACE (pyar.observe.log)                 logging's own config
@@ -31,7 +31,7 @@ ranks must agree, into a ValueError on every rank instead of a hang. They
 must agree on PYAR_RANKS_PER_NODE (the node layout), on whether
 PYAR_SHM_BYTES is 0 (making the mailboxes is collective) and on PYAR_ALGO
 (else they run different algorithms). What every rank agreed on last is
-:func:`current`; the executors take their settings from there, so a later
+:func:`current`; the runtime takes its settings from there, so a later
 change of the environment on some rank cannot split the ranks.
 """
 

@@ -1,6 +1,6 @@
 """Shared-memory mailboxes: how a small plan's messages travel between the ranks of one node.
 
-A :class:`pyar.runtime.plan.Resident` sends a message to a rank of its own
+A :class:`pyar.runtime.programs.Resident` sends a message to a rank of its own
 node by copying it into a mailbox that the receiver folds (or copies) from
 in place, instead of posting an MPI request: no handshake, no eager limit,
 and on the development machine an exchange of 8 bytes takes about 1 us
@@ -39,7 +39,7 @@ Carving is collective over the node (every rank does it at the same call of
 the plan, in :meth:`Pool.channels`); a plan whose channels do not fit in
 what is left of some rank's segment sends through MPI (carved space is
 given back only with the communicator). A large plan's
-:class:`pyar.runtime.plan.Stream` sends its messages in pieces through
+:class:`pyar.runtime.programs.Stream` sends its messages in pieces through
 mailboxes of a piece each (:meth:`Pool.streams`), shared by every such plan
 whose ranks connect alike: only one runs at a time on a communicator. Every
 wait goes through :func:`pyar.runtime.progress.wait_for` (bounded by
@@ -243,7 +243,7 @@ class Pool:
         return self._carve(out, into)
 
     def streams(self, spans, piece: int, streamable: bool = True) -> Channels | None:
-        """The mailboxes of a :class:`pyar.runtime.plan.Stream`, whose messages go in pieces
+        """The mailboxes of a :class:`pyar.runtime.programs.Stream`, whose messages go in pieces
         of at most ``piece`` bytes: between two ranks, a mailbox for each message of a step
         (the most of any step). A stream call runs alone on its communicator, so every plan
         whose ranks all connect alike shares them. None unless every message of every rank

@@ -112,7 +112,7 @@ def test_repeated_calls_interleaved_with_user_traffic(comm):
 
 def test_small_messages_repeat_on_resident_and_bound_buffers(comm):
     """A repeated small allreduce runs on persistent requests: on the plan's own buffer, or on
-    the caller's ``out`` once it comes twice in a row (pyar.runtime.plan.Resident). Every
+    the caller's ``out`` once it comes twice in a row (pyar.runtime.programs.Resident). Every
     ``out`` form, a switch of ``out``, avg, and large calls (other tags) in between: each
     result is MPI_Allreduce's."""
     from pyar import api
@@ -222,7 +222,7 @@ def test_large_out_of_place_reads_x_itself(comm, algorithm):
 
 def test_large_calls_on_one_node_stream_through_mailboxes(comm):
     """Above RESIDENT_BYTES, with every rank on one node and room in the mailboxes, a ring
-    plan runs as a Stream (pyar.runtime.plan.Stream: its messages in pieces through shared
+    plan runs as a Stream (pyar.runtime.programs.Stream: its messages in pieces through shared
     memory), in place and in its out-of-place variant alike. Ranks that mix in place and out
     of place, and the lean path with the stepped one (a timeout), meet: each result is
     MPI_Allreduce's, x left alone. (On a communicator of its own: the earlier tests' plans

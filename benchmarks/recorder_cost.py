@@ -1,5 +1,5 @@
 # The flight recorder's cost on the 2-rank fast path (BENCHMARKS.md, "Flight recorder cost"):
-# mpiexec -n 2 python tests/recorder_cost.py (AB=1: also the same Comm with its recorder detached).
+# mpiexec -n 2 python benchmarks/recorder_cost.py (AB=1: also the same Comm with its recorder detached).
 # 2 ranks: min-of-batches time per call of pyar.allreduce (auto, out of place) and comm.Allreduce,
 # interleaved batch by batch; prints size, pyar us, mpi us, ratio. With AB=1 (observe only):
 # also the same Comm with its recorder detached, batch by batch (the recorder's own cost).

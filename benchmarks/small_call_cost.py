@@ -1,5 +1,5 @@
 # The repeated small allreduce's mean time per call (BENCHMARKS.md, "The repeated small allreduce"):
-# PYTHONPATH=<a checkout> python pyar/launch.py -n 2 python tests/small_call_cost.py LABEL
+# PYTHONPATH=<a checkout> python pyar/runtime/launch.py -n 2 python benchmarks/small_call_cost.py LABEL
 # prints LABEL, then per size: pyar out of place, in place, comm.Allreduce, min/median us over 5 rounds.
 import sys, time
 import numpy as np

@@ -24,11 +24,7 @@ import time
 
 import numpy as np
 
-from .runtime import calls, device, recorder
-from .core import ops, schedule as _schedule
-from .model import tuner
 from .algorithms import builder, generation as _generation
-from .core.buffers import as_array, as_tensor, is_torch
 from .collectives import Collective, collective as record_of, records
 from .collectives.allgather import ALLGATHER
 from .collectives.allreduce import ALLREDUCE
@@ -37,13 +33,16 @@ from .collectives.barrier import BARRIER, NOTHING
 from .collectives.bcast import BCAST
 from .collectives.reduce import REDUCE
 from .collectives.reduce_scatter import REDUCE_SCATTER
+from .core import ops, schedule as _schedule
+from .core.buffers import as_array, as_tensor, is_torch
+from .core.errors import PyarError, TimeoutError
+from .core.ops import Op
+from .model import tuner
+from .model.sim import SimResult, simulate
+from .runtime import calls, device, notice, progress, recorder
 from .runtime.comm import Comm
-from .runtime import notice, progress
 from .runtime.plan import Plan
 from .runtime.progress import Request
-from .core.errors import PyarError, TimeoutError
-from .model.sim import SimResult, simulate
-from .core.ops import Op
 
 __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast", "iallgather",
            "iallreduce", "ialltoall", "ibarrier", "ibcast", "ireduce", "ireduce_scatter",

@@ -38,16 +38,13 @@ import numpy as np
 from mpi4py import MPI
 
 import pyar
-
-from .. import api
-from ..runtime import library
-from ..runtime.baseline import library_call
-from ..core import ops
-from ..model import tuner
-from .. import verify
+from .. import api, verify
 from ..algorithms import AUTO, LIBRARY, algorithms, check_name
 from ..collectives import Collective, collective as record_of, records
-from ..core import loader
+from ..core import loader, ops
+from ..model import tuner
+from ..runtime import library
+from ..runtime.baseline import library_call
 from ..runtime.comm import Comm
 from .plot import pyplot
 

@@ -49,7 +49,6 @@ import sys
 import numpy as np
 
 import pyar
-
 from .. import collectives
 from ..core import loader
 from ..core.schedule import Send

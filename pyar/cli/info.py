@@ -14,7 +14,6 @@ from importlib import metadata
 from mpi4py import MPI
 
 import pyar
-
 from ..algorithms import algorithms
 from ..collectives import names
 from ..model import tuner

@@ -30,7 +30,6 @@ import numpy as np
 from mpi4py import MPI
 
 import pyar
-
 from .bench import parse_size
 
 

@@ -16,7 +16,6 @@ import time
 import numpy as np
 
 import pyar
-
 from .. import collectives, verify
 from ..core import loader
 from ..core.ops import Op, resolve
@@ -57,9 +56,9 @@ def small_pages():
     A no-op where numpy lacks the switch.
     """
     try:
-        from numpy._core import multiarray          # numpy 2
+        from numpy._core import multiarray  # numpy 2
     except ImportError:
-        from numpy.core import multiarray           # numpy 1
+        from numpy.core import multiarray  # numpy 1
     switch = getattr(multiarray, "_set_madvise_hugepage", lambda enabled: enabled)
     was = switch(False)                             # it returns the previous setting
     try:

@@ -44,18 +44,15 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import api
-from ..model import cost
-from ..runtime import library
-from ..core import ops
 from ..algorithms import register_algorithm
-from ..runtime.comm import Comm
+from ..core import loader, ops
 from ..core.errors import TimeoutError
-from ..runtime import progress
-from ..runtime.plan import RESIDENT_BYTES
-from ..kernels import reduce_into
-from ..core import loader
 from ..core.schedule import Chunk, Recv, Send, Step
-from ..model import tuner
+from ..kernels import reduce_into
+from ..model import cost, tuner
+from ..runtime import library, progress
+from ..runtime.comm import Comm
+from ..runtime.plan import RESIDENT_BYTES
 from .model import describe_delta, describe_eager
 
 PHASE_SECONDS = 600.0       # the longest any rank waits for the others between phases

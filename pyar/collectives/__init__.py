@@ -179,4 +179,4 @@ def records() -> list[Collective]:
 
 
 # The built-in collectives register themselves on import.
-from . import allreduce, reduce_scatter, allgather, reduce, bcast, alltoall, barrier  # noqa
+from . import allgather, allreduce, alltoall, barrier, bcast, reduce, reduce_scatter  # noqa

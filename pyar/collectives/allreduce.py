@@ -1,7 +1,7 @@
 """allreduce: every rank gets the reduction of every rank's ``x`` (seed 1)."""
 
-from .reference import magnitude, reference
 from . import Collective, register_collective
+from .reference import magnitude, reference
 
 
 class Allreduce(Collective):

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from .reference import magnitude, reference
 from . import Collective, Work, register_collective
+from .reference import magnitude, reference
 
 
 class Reduce(Collective):

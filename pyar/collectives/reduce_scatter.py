@@ -4,8 +4,8 @@ rank r gets block r (seed 4.4: the first half of ZeRO's allreduce)."""
 import numpy as np
 
 from ..core import buffers
-from .reference import magnitude, reference
 from . import Collective, Work, block, register_collective
+from .reference import magnitude, reference
 
 
 class ReduceScatter(Collective):

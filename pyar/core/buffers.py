@@ -42,7 +42,7 @@ def as_array(t):
         raise TypeError(f"expected a torch tensor, got {type(t).__name__}")
     t = t.detach()
     if t.device.type == "cuda":
-        import cupy     # (optional: the gpu extra; imported only for a CUDA tensor)
+        import cupy  # (optional: the gpu extra; imported only for a CUDA tensor)
         return cupy.from_dlpack(t)
     if t.device.type != "cpu":
         raise TypeError(f"pyar takes CPU and CUDA tensors, got one on {t.device}")

@@ -36,11 +36,11 @@ import zlib
 import numpy as np
 
 from .. import api
-from . import compression as _compression
 from ..core import ops
 from ..core.buffers import as_array, as_tensor, is_torch
-from ..runtime.comm import Comm
 from ..core.errors import MismatchError
+from ..runtime.comm import Comm
+from . import compression as _compression
 
 __all__ = ["GradientBuckets"]
 

@@ -29,11 +29,11 @@ import time
 
 import torch
 
-from . import compression as _compression
-from .buckets import average, Flight
 from ..core.buffers import as_array, as_tensor
-from ..runtime.comm import Comm
 from ..runtime import progress
+from ..runtime.comm import Comm
+from . import compression as _compression
+from .buckets import Flight, average
 
 __all__ = ["HookState", "as_array", "as_tensor", "comm_hook"]
 

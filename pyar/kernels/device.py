@@ -27,7 +27,7 @@ def _compiled() -> SimpleNamespace:
     """numba.cuda and the kernels, made on the first device call: numba.cuda is heavy to
     import (a tenth of a second or more), and only a GPU (or the simulator) needs it."""
     global cuda
-    from numba import cuda      # (heavy, and for device arrays only: imported here)
+    from numba import cuda  # (heavy, and for device arrays only: imported here)
 
     if SIMULATED:      # kernels run as Python on numpy scalars: bitcast through numpy views
         def as_float(x):

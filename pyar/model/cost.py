@@ -78,7 +78,6 @@ from ..algorithms._terms import Terms
 from ..core.errors import ScheduleError
 from ..core.schedule import Schedule, build
 
-
 # The runtime's regimes, which the model charges apart: a plan whose buffer is at most this
 # many bytes runs on a Resident (its messages in shared-memory mailboxes or persistent
 # requests, no per-step overhead ``delta``: :mod:`pyar.runtime.programs`).

@@ -26,8 +26,8 @@ import numpy as np
 from .. import collectives
 from ..core import ops
 from ..core.errors import ScheduleError
-from ..kernels import reduce_into
 from ..core.schedule import Schedule
+from ..kernels import reduce_into
 
 
 @dataclass

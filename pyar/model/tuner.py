@@ -43,9 +43,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import collectives
-from . import cost
 from ..algorithms import AUTO, LIBRARY, algorithm as registered, algorithms, check_name, generation
 from ..core.errors import ScheduleError
+from . import cost
 
 FORMAT = "pyar-tuning/1"
 

@@ -36,10 +36,9 @@ from mpi4py import MPI
 
 from ..collectives import collective as record_of
 from ..model import tuner
-from ..runtime import cuda, recorder
+from ..runtime import cuda, progress, recorder
 from ..runtime.comm import Comm
 from ..runtime.settings import SUBSYSTEMS, TRACE, level, subsystems  # noqa: F401  (parsers)
-from ..runtime import progress
 
 logging.addLevelName(TRACE, "TRACE")
 root = logging.getLogger("pyar")

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import buffers, ops, schedule as _schedule
-from . import recorder
-from ..model import tuner
 from ..algorithms import LIBRARY, builder
-from .comm import Comm
+from ..core import buffers, ops, schedule as _schedule
 from ..core.errors import MismatchError, ScheduleError
-from . import notice, progress
+from ..core.ops import Op
+from ..model import tuner
+from . import notice, progress, recorder
 from .baseline import library
+from .comm import Comm
 from .plan import RESIDENT_BYTES, Plan
 from .progress import Run
-from ..core.ops import Op
-
 
 recorder.on_call_path(__file__)     # a call record's caller is outside this module
 

@@ -24,11 +24,10 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from . import recorder, settings
 from ..core.errors import MismatchError, PyarError, TimeoutError
-from . import notice, progress
-from .p2p import tag_bits
 from ..core.topology import Topology
+from . import notice, progress, recorder, settings
+from .p2p import tag_bits
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
 

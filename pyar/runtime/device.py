@@ -32,12 +32,11 @@ import sys
 
 import numpy as np
 
-from . import calls
-from ..core import ops
-from ..model import tuner
 from ..algorithms import LIBRARY
 from ..collectives import Work
-from . import cuda, progress, recorder
+from ..core import ops
+from ..model import tuner
+from . import calls, cuda, progress, recorder
 from .baseline import library
 
 __all__ = ["collective", "gpu_summary"]

@@ -34,8 +34,7 @@ from ..core.schedule import Schedule
 from ..kernels import folder
 from ..model.cost import RESIDENT_BYTES
 from . import shm
-from .p2p import (DATA, LANDING, SCRATCH, SOURCE, Context, CopyStep, P2PStep, Receive, Span,
-                  overlap)
+from .p2p import DATA, LANDING, SCRATCH, SOURCE, Context, CopyStep, P2PStep, Receive, Span, overlap
 from .programs import PIECE, Resident, Stream
 
 _BUFFER = {"data": DATA, "scratch": SCRATCH}

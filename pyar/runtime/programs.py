@@ -32,8 +32,7 @@ from mpi4py import MPI
 from ..core.errors import MismatchError, PyarError
 from ..kernels import bound_fold, mailbox
 from . import notice, shm
-from .p2p import (DATA, SCRATCH, SOURCE, CopyStep, Span, check_size, mark, mismatch,
-                  resident_tag)
+from .p2p import DATA, SCRATCH, SOURCE, CopyStep, Span, check_size, mark, mismatch, resident_tag
 from .progress import Step
 
 PIECE = 1 << 16             # bytes: a Stream's messages go through mailboxes in pieces of this

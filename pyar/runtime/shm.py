@@ -63,10 +63,9 @@ from itertools import chain
 import numpy as np
 from mpi4py import MPI
 
-from . import settings
 from ..core.errors import TimeoutError
 from ..core.topology import Topology
-from . import progress
+from . import progress, settings
 
 POOL_BYTES = 4 << 20        # each rank's segment of a communicator's window
 _LINE = 64                  # bytes: every half starts on a cache line

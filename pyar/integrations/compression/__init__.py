@@ -45,9 +45,9 @@ import numpy as np
 from ... import api
 from ...algorithms import LIBRARY
 from ...collectives import collective as _record
+from ...core.schedule import Send
 from ...model import tuner
 from ...runtime.comm import Comm
-from ...core.schedule import Send
 
 __all__ = ["State", "Transform", "get", "register", "sent_bytes", "transforms"]
 

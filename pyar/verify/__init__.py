@@ -143,20 +143,21 @@ def sample(rank: int, count: int, dtype, op, seed: int = 0) -> np.ndarray:
     return values.astype(dtype)
 
 
-def check(targets, ranks="1-8", **options):
+def check(targets, **options):
     """``pyar verify`` from Python: verify allreduce ``targets`` (``"mod:fn"``, ``"path.py:fn"``,
-    ``"pyar:ring"``, ``"mpi"``, or an importable function) over ``ranks`` in MPI jobs it
-    starts; a :class:`pyar.verify.driver.Report`, true when every case passed. Options:
-    ``profile`` (full, quick, smoke), ``dims``, ``case_timeout``, ``mpiexec``, ``load``,
-    ``shrink`` (see :func:`pyar.verify.driver.check`)."""
+    ``"pyar:ring"``, ``"mpi"``, or an importable function) in MPI jobs it starts; a
+    :class:`pyar.verify.driver.Report`, true when every case ran and passed. Options, with
+    the command's defaults: ``ranks``, ``profile`` (full, quick, smoke), ``dims``, ``nan``
+    (propagate, mpi), ``case_timeout``, ``time_limit``, ``mpiexec``, ``load``, ``shrink``
+    (see :func:`pyar.verify.driver.check`)."""
     from .driver import check as run
 
-    return run(targets, ranks, **options)
+    return run(targets, **options)
 
 
-def reproduce(target: str, case: dict, load=()) -> int:
+def reproduce(target: str, case: dict, load=(), nan: str = "propagate") -> int:
     """Run one case of ``target`` on COMM_WORLD under mpiexec (what a reproducer script
-    calls); 1 if it fails, else 0."""
+    calls), float max/min judged by rule ``nan``; 1 if it fails, else 0."""
     from .worker import reproduce as run
 
-    return run(target, case, load)
+    return run(target, case, load, nan)

@@ -61,8 +61,13 @@ def test_half_types_must_accumulate_in_float32():
         half = ordered(inputs, [0, 1, 2], np.add, np.float16)      # 60000 + 60000 = inf
     assert half[0] == np.inf
     assert judge.wrong(half, inputs, "sum", "float16").tolist() == [0]     # exact: 60000
-    assert "must be accumulated in float32" in judge.broken_rule(half, inputs, [0], "sum",
+    mixed = [np.array([60000.0, np.inf], np.float16), np.array([60000.0, 1.0], np.float16),
+             np.array([-60000.0, 1.0], np.float16)]
+    both = np.array([np.inf, 5.0], np.float16)      # [1] should be inf (an input is)
+    assert judge.wrong(both, mixed, "sum", "float16").tolist() == [0, 1]
+    assert "must be accumulated in float32" in judge.broken_rule(both, mixed, [0, 1], "sum",
                                                                  "float16", "propagate")
+    assert judge.broken_rule(both, mixed, [1], "sum", "float16", "propagate") == ""
     for order in ([0, 1, 2], [0, 2, 1]):
         wide = ordered(inputs, order, np.add, np.float32).astype(np.float16)
         assert judge.wrong(wide, inputs, "sum", "float16").size == 0

@@ -170,8 +170,8 @@ def broken_rule(result, inputs, bad, op: str, dtype_name: str, nan: str) -> str:
                     f"any number it met there, and ranks that differ there")
         return (f"under --nan mpi, where a NaN meets numbers the {op} is NaN or one of them "
                 f"(--nan propagate, the default, requires NaN)")
-    if dtype_name in ACCUMULATOR and op in ("sum", "avg") and np.isinf(r).any() \
-            and np.isfinite(x).all():
+    if dtype_name in ACCUMULATOR and op in ("sum", "avg") \
+            and (np.isinf(r) & np.isfinite(x).all(axis=0)).any():
         return (f"inf where the exact {op} is finite: partial sums overflowed {dtype_name}; "
                 f"{dtype_name} must be accumulated in float32")
     return ""

@@ -435,8 +435,8 @@ class Report:
             for e in mine:
                 if "case" in e:
                     lines.append(f"    {e['verdict']} on {e['ranks']} ranks at "
-                                 f"{e['case']['dim']}: {_brief(e['case'])} (after {e['cases']} "
-                                 f"cases; {e['not_run']} more not run there)")
+                                 f"{e['case']['dim']}: {_brief(e['case'])} (case {e['cases']} of "
+                                 f"{e['cases'] + e['not_run']}; the rest not run there)")
         if self.unreached:
             lines.append(f"# not reached within --time-limit {self.time_limit:g} s: " + "; ".join(
                 f"{s['target']} on {s['ranks']} ranks, {s['cases']} cases"

@@ -1,5 +1,7 @@
 """The judge of ``pyar verify`` (no MPI): honest results in any order pass, the bugs it is
-for do not; the cases and the reproducers are well formed."""
+for do not, under either NaN rule; the cases and the reproducers are well formed; a hang is
+its rank count's verdict and ends it, and the time limit's cut is reported (with jobs
+faked)."""
 
 import ml_dtypes
 import numpy as np

@@ -167,7 +167,9 @@ def test_the_command_says_what_it_expected(capsys):
 
     for args, words in ((["mpi", "--ranks", "0"], "rank counts >= 1"),
                         (["mpi", "--dims", "colours"], "unknown dimension"),
-                        (["mpi", "--case-timeout", "0"], "--case-timeout must be > 0")):
+                        (["mpi", "--case-timeout", "0"], "--case-timeout must be > 0"),
+                        (["mpi", "--time-limit", "-1"], "--time-limit must be > 0"),
+                        (["mpi", "--nan", "ieee"], "invalid choice: 'ieee'")):
         with pytest.raises(SystemExit) as e:
             cli.main(["verify", *args])
         assert e.value.code == 2 and words in capsys.readouterr().err

@@ -309,3 +309,38 @@ def test_a_run_cut_short_with_nothing_failed_is_incomplete_not_passed():
     assert not report and "INCOMPLETE" in report.text()
     assert report.to_json()["not_run"][1] == {"target": "t", "ranks": 3, "cases": len(sweep),
                                               "why": "time-limit"}
+
+
+class FakeJobs(dict):
+    """Jobs by rank count: a case fails where its count is above 3 on 3 or more ranks and
+    hangs on 3 ranks; the rank counts each case ran on are kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.ran = []
+
+    def __missing__(self, size):
+        jobs = self
+
+        class Job:
+            def stop(self):
+                pass
+
+            def run(self, target, case, timeout, nan, until):
+                jobs.ran.append(size)
+                if size == 3:
+                    return {"verdict": "hang", "problems": ["no answer"], "seconds": timeout}
+                wrong = size > 3 and case["count"] > 3
+                return {"verdict": "fail" if wrong else "pass", "problems": ["wrong"] * wrong,
+                        "seconds": 0}
+        self[size] = Job()
+        return self[size]
+
+
+def test_shrinking_runs_nothing_where_the_target_hangs():
+    case = {**C.BASE, "dim": "counts", "count": 1031}
+    failure = {"target": "t", "ranks": 5, "case": case, "problems": ["wrong"]}
+    jobs, hung = FakeJobs(), {2}
+    small = driver.smallest(jobs, failure, 60, 40, confirm=False, hung=hung)
+    assert 2 not in jobs.ran and jobs.ran.count(3) <= 1 and hung == {2, 3}
+    assert small["ranks"] == 4 and small["case"]["count"] == 4, small

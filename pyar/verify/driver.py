@@ -286,8 +286,10 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
             for failure in report.first_failures():
                 if time.monotonic() >= until:
                     break
+                stuck = {v["ranks"] for v in report.verdicts() if v["target"] == failure["target"]
+                         and v["verdict"] in ("hangs", "error")}
                 failure["smallest"] = smallest(jobs, failure, case_timeout, shrink_examples,
-                                               confirm, log, nan, until)
+                                               confirm, log, nan, until, stuck)
         report.name_reproducers(case_timeout)
     finally:
         jobs.close()
@@ -493,10 +495,12 @@ ORDER = {"dtype": ["int32", "int64", "float32", "float64", "int8", "int16", "uin
 
 
 def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
-             nan="propagate", until=math.inf) -> dict:
+             nan="propagate", until=math.inf, hung=None) -> dict:
     """The smallest failing case hypothesis finds among those no more complex than
     ``failure``'s (by rule ``nan``), before ``until``; the failure itself if it finds none
-    smaller. The reproducer's script comes from :meth:`Report.name_reproducers`."""
+    smaller. No candidate runs on a rank count in ``hung`` (a set: where the target hangs
+    or cannot load), and one that hangs adds its rank count to it. The reproducer's script
+    comes from :meth:`Report.name_reproducers`."""
     from hypothesis import HealthCheck, Phase, find, settings, strategies as st
     from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
     from hypothesis.errors import NoSuchExample
@@ -505,6 +509,7 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
     fresh_job = case["calls"] > 1          # may depend on history: a fresh job per candidate
     examples = min(examples, 6) if fresh_job else examples
     tried = [0]
+    hung = set() if hung is None else hung
 
     def options(field):                 # simplest first: hypothesis shrinks towards it
         return st.integers(0, ORDER[field].index(case[field])).map(ORDER[field].__getitem__)
@@ -526,7 +531,8 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
         key = json.dumps([c["ranks"], candidate], sort_keys=True)
         if key in seen:
             return seen[key]
-        if not C.valid(candidate) or tried[0] >= examples or time.monotonic() >= until:
+        if not C.valid(candidate) or tried[0] >= examples or time.monotonic() >= until \
+                or c["ranks"] in hung:
             return False
         tried[0] += 1
         seen[key] = verdict = _fails(c, candidate, key)
@@ -537,6 +543,8 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
         if fresh_job:
             job.stop()
         result = job.run(target, candidate, case_timeout, nan, until)
+        if result["verdict"] in ("hang", "error"):
+            hung.add(c["ranks"])
         if result["verdict"] == "fail":
             found[key] = result["problems"]
             return True

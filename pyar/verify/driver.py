@@ -283,13 +283,16 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
                 _run_sweep(jobs[size], target, sweep, report, case_timeout, nan, until, log)
             jobs.stop(size)
         if shrink:
+            stuck = {}              # target -> rank counts where it hangs: no candidate there
+            for v in report.verdicts():
+                if v["verdict"] in ("hangs", "error"):
+                    stuck.setdefault(v["target"], set()).add(v["ranks"])
             for failure in report.first_failures():
                 if time.monotonic() >= until:
                     break
-                stuck = {v["ranks"] for v in report.verdicts() if v["target"] == failure["target"]
-                         and v["verdict"] in ("hangs", "error")}
                 failure["smallest"] = smallest(jobs, failure, case_timeout, shrink_examples,
-                                               confirm, log, nan, until, stuck)
+                                               confirm, log, nan, until,
+                                               stuck.setdefault(failure["target"], set()))
         report.name_reproducers(case_timeout)
     finally:
         jobs.close()

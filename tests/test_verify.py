@@ -1,5 +1,7 @@
 """The judge of ``pyar verify`` (no MPI): honest results in any order pass, the bugs it is
-for do not; the cases and the reproducers are well formed."""
+for do not, under either NaN rule; the cases and the reproducers are well formed; a hang is
+its rank count's verdict and ends it, and the time limit's cut is reported (with jobs
+faked)."""
 
 import ml_dtypes
 import numpy as np
@@ -54,19 +56,78 @@ def test_float32_accumulated_in_float16_is_caught():
     assert judge.wrong(half, inputs, "sum", "float32").size > 100
 
 
-def test_a_float16_sum_that_overflows_in_some_order_is_no_false_alarm():
+def test_half_types_must_accumulate_in_float32():
     inputs = [np.array([60000.0, 1.0], np.float16), np.array([60000.0, 2.0], np.float16),
               np.array([-60000.0, 3.0], np.float16)]
     with np.errstate(over="ignore"):
-        honest = ordered(inputs, [0, 1, 2], np.add, np.float16)   # 60000 + 60000 = inf
-    assert honest[0] == np.inf
-    assert judge.wrong(honest, inputs, "sum", "float16").size == 0
-    assert judge.wrong(ordered(inputs, [0, 2, 1], np.add, np.float16), inputs, "sum",
-                       "float16").size == 0
-    assert judge.wrong(np.array([-np.inf, 6.0], np.float16), inputs, "sum",
-                       "float16").tolist() == [0]            # no order reaches -inf
-    assert judge.wrong(np.array([50000.0, 6.0], np.float16), inputs, "sum",
+        half = ordered(inputs, [0, 1, 2], np.add, np.float16)      # 60000 + 60000 = inf
+    assert half[0] == np.inf
+    assert judge.wrong(half, inputs, "sum", "float16").tolist() == [0]     # exact: 60000
+    mixed = [np.array([60000.0, np.inf], np.float16), np.array([60000.0, 1.0], np.float16),
+             np.array([-60000.0, 1.0], np.float16)]
+    both = np.array([np.inf, 5.0], np.float16)      # [1] should be inf (an input is)
+    assert judge.wrong(both, mixed, "sum", "float16").tolist() == [0, 1]
+    assert "must be accumulated in float32" in judge.broken_rule(both, mixed, [0, 1], "sum",
+                                                                 "float16", "propagate")
+    assert judge.broken_rule(both, mixed, [1], "sum", "float16", "propagate") == ""
+    for order in ([0, 1, 2], [0, 2, 1]):
+        wide = ordered(inputs, order, np.add, np.float32).astype(np.float16)
+        assert judge.wrong(wide, inputs, "sum", "float16").size == 0
+    beyond = [np.array([60000.0, 60000.0], np.float16)] * 2       # exact 120000: inf is right
+    assert judge.wrong(np.array([np.inf, np.inf], np.float16), beyond, "sum", "float16").size == 0
+    assert judge.wrong(np.array([-np.inf, 60000.0], np.float16), beyond, "avg",
                        "float16").tolist() == [0]
+    with np.errstate(over="ignore"):                # avg summed first in the half type: inf
+        assert judge.wrong((ordered(beyond, [0, 1], np.add, np.float16) / 2).astype(np.float16),
+                           beyond, "avg", "float16").tolist() == [0, 1]
+    bf = [np.array([3e38], ml_dtypes.bfloat16)] * 2 + [np.array([-3e38], ml_dtypes.bfloat16)]
+    with np.errstate(over="ignore"):                # float32 itself overflows: no false alarm
+        assert ordered(bf, [0, 1, 2], np.add, np.float32)[0] == np.inf
+    assert judge.wrong(np.array([np.inf], ml_dtypes.bfloat16), bf, "sum", "bfloat16").size == 0
+
+
+@settings(max_examples=40)
+@given(dtype=st.sampled_from(["float16", "bfloat16"]), size=st.integers(2, 8),
+       seed=st.integers(0, 1000), data=st.data())
+def test_half_cancel_values_catch_half_accumulation_and_pass_float32(dtype, size, seed, data):
+    case = {**C.BASE, "dim": "values", "values": "halfcancel", "dtype": dtype, "seed": seed,
+            "count": 64}
+    order = data.draw(st.permutations(range(size)))
+    half = np.dtype(C.dtype_of(case))
+    for op in ("sum", "avg"):
+        inputs = [C.contribution({**case, "op": op}, r, 0) for r in range(size)]
+        exact = np.stack(inputs).astype(np.float64).sum(axis=0)
+        assert np.isfinite(exact).all()
+        wide = ordered(inputs, order, np.add, np.float32)
+        wide = wide / np.float32(size) if op == "avg" else wide
+        with np.errstate(over="ignore"):        # an exact sum beyond the half type: inf
+            assert judge.wrong(wide.astype(half), inputs, op, dtype).size == 0
+            narrow = ordered(inputs, order, np.add, half)
+            narrow = (narrow / half.type(size)).astype(half) if op == "avg" else narrow
+        if op == "avg" or size > 2:         # two terms: one rounding, the same as float32's
+            assert judge.wrong(narrow, inputs, op, dtype).size > 0
+
+
+def test_nan_in_max_and_min_by_either_rule():
+    nan = np.nan
+    inputs = [np.array([nan, 1.0, 0.0, nan, 4.0]), np.array([5.0, 2.0, -0.0, nan, nan]),
+              np.array([3.0, 0.5, 0.0, nan, 1.0])]
+    mpi_like = np.array([3.0, 2.0, -0.0, nan, nan])           # NaN lost, kept, both
+    assert judge.wrong(mpi_like, inputs, "max", "float64").tolist() == [0]
+    assert judge.wrong(mpi_like, inputs, "max", "float64", nan="mpi").size == 0
+    assert judge.wrong(np.array([4.0, 2.0, 0.0, nan, 4.0]), inputs, "max", "float64",
+                       nan="mpi").tolist() == [0]               # 4.0: no rank's value there
+    assert judge.wrong(np.array([nan, 2.0, 0.0, 1.0, nan]), inputs, "max", "float64",
+                       nan="mpi").tolist() == [3]               # all NaN: NaN under both
+    assert judge.wrong(np.array([nan, 1.0, 0.0, nan, nan]), inputs, "max", "float64",
+                       nan="mpi").tolist() == [1]               # no NaN: exact under both
+    said = judge.broken_rule(mpi_like, inputs, [0], "max", "float64", "propagate")
+    assert "--nan propagate" in said and "--nan mpi" in said
+    said = judge.broken_rule(np.array([4.0]), [x[:1] for x in inputs], [0], "max", "float64",
+                             "mpi")
+    assert "under --nan mpi" in said and "--nan propagate" in said
+    assert judge.broken_rule(np.array([9.0]), [x[1:2] for x in inputs], [0], "max", "float64",
+                             "propagate") == ""
 
 
 def test_ieee_specials_give_the_ieee_result():
@@ -179,7 +240,107 @@ def test_parse_ranks():
 
 def test_a_reproducer_is_a_script_with_its_mpiexec_line():
     case = C.sweep(3, "smoke", ["layouts"])[0]
-    script = driver.reproducer("some/where.py:fn", 3, case, ["mod"], 30)
-    assert script.startswith("# timeout -k 5 30 mpiexec -n 3 python repro.py\n")
-    compile(script, "repro.py", "exec")
-    assert "where.py:fn" in script and "load=['mod']" in script
+    script = driver.reproducer("some/where.py:fn", 3, case, ["mod"], 30, "mpi", "repro_2.py")
+    assert script.startswith("# timeout -k 5 30 mpiexec -n 3 python repro_2.py\n")
+    compile(script, "repro_2.py", "exec")
+    assert "where.py:fn" in script and "load=['mod'], nan='mpi'" in script
+
+
+def test_reproducers_are_named_once_per_distinct_case_and_their_scripts_say_so():
+    report = driver.Report(["t.py:f"], [2], "smoke", [], "mpi", 60)
+    case = C.sweep(2, "smoke", ["values"])[0]
+    small = {"ranks": 1, "case": case, "problems": ["x"], "note": "n", "confirmed": True}
+    for dim in ("values", "values", "dtypes"):
+        report.add("t.py:f", 2, {**case, "dim": dim}, {"verdict": "fail", "problems": ["x"]})
+    report.results[0]["smallest"] = dict(small)
+    report.results[1]["smallest"] = dict(small)
+    report.results[2]["smallest"] = {**small, "ranks": 2}
+    report.name_reproducers(30)
+    names = [r["smallest"]["name"] for r in report.results]
+    assert names == ["repro_1.py", "repro_1.py", "repro_2.py"]
+    assert report.results[2]["smallest"]["script"].startswith(
+        "# timeout -k 5 30 mpiexec -n 2 python repro_2.py\n")
+    assert report.text().count("## repro_") == 2
+
+
+class FakeJob:
+    """A job whose cases pass, but hang from case ``hang_at`` on, or are cut by the time
+    limit from case ``cut_at`` on; it counts the cases it was given."""
+
+    def __init__(self, size, hang_at=None, cut_at=None):
+        self.size, self.hang_at, self.cut_at, self.ran = size, hang_at, cut_at, 0
+
+    def run(self, target, case, timeout, nan, until):
+        self.ran += 1
+        if self.cut_at is not None and self.ran > self.cut_at:
+            return {"verdict": "cut", "problems": [], "seconds": 0}
+        if self.hang_at is not None and self.ran > self.hang_at:
+            return {"verdict": "hang", "problems": ["no answer"], "seconds": timeout}
+        return {"verdict": "pass", "problems": [], "seconds": 0}
+
+
+def test_a_hang_is_its_rank_counts_verdict_and_ends_it():
+    sweep = C.sweep(3, "smoke")
+    report = driver.Report(["t"], [2, 3, 4], "smoke", [], "propagate", 60)
+    jobs = {2: FakeJob(2), 3: FakeJob(3, hang_at=4), 4: FakeJob(4, cut_at=10)}
+    for size, job in jobs.items():
+        driver._run_sweep(job, "t", sweep, report, 60, "propagate", 0, None)
+    assert [jobs[s].ran for s in (2, 3, 4)] == [len(sweep), 5, 11]
+    verdicts = {v["ranks"]: v for v in report.verdicts()}
+    assert verdicts[2]["verdict"] == "passed" and verdicts[2]["not_run"] == 0
+    assert verdicts[3]["verdict"] == "hangs" and verdicts[3]["case"] == sweep[4]
+    assert verdicts[3]["cases"] == 5 and verdicts[3]["not_run"] == len(sweep) - 5
+    assert verdicts[4]["verdict"] == "incomplete" and verdicts[4]["not_run"] == len(sweep) - 10
+    assert report.unreached == [{"target": "t", "ranks": 4, "cases": len(sweep) - 10,
+                                 "why": "time-limit"}]
+    text = report.text()
+    assert "t: 2 passed, 3 hangs, 4 incomplete" in text and "FAILED" in text
+    assert f"hangs on 3 ranks at {sweep[4]['dim']}" in text
+    assert f"not reached within --time-limit 60 s: t on 4 ranks, {len(sweep) - 10} cases" in text
+    assert not report
+
+
+def test_a_run_cut_short_with_nothing_failed_is_incomplete_not_passed():
+    sweep = C.sweep(2, "smoke")
+    report = driver.Report(["t"], [2, 3], "smoke", [], "propagate", 5)
+    driver._run_sweep(FakeJob(2, cut_at=3), "t", sweep, report, 60, "propagate", 0, None)
+    driver._run_sweep(FakeJob(3, cut_at=0), "t", sweep, report, 60, "propagate", 0, None)
+    assert [v["verdict"] for v in report.verdicts()] == ["incomplete", "not reached"]
+    assert not report and "INCOMPLETE" in report.text()
+    assert report.to_json()["not_run"][1] == {"target": "t", "ranks": 3, "cases": len(sweep),
+                                              "why": "time-limit"}
+
+
+class FakeJobs(dict):
+    """Jobs by rank count: a case fails where its count is above 3 on 3 or more ranks and
+    hangs on 3 ranks; the rank counts each case ran on are kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.ran = []
+
+    def __missing__(self, size):
+        jobs = self
+
+        class Job:
+            def stop(self):
+                pass
+
+            def run(self, target, case, timeout, nan, until):
+                jobs.ran.append(size)
+                if size == 3:
+                    return {"verdict": "hang", "problems": ["no answer"], "seconds": timeout}
+                wrong = size > 3 and case["count"] > 3
+                return {"verdict": "fail" if wrong else "pass", "problems": ["wrong"] * wrong,
+                        "seconds": 0}
+        self[size] = Job()
+        return self[size]
+
+
+def test_shrinking_runs_nothing_where_the_target_hangs():
+    case = {**C.BASE, "dim": "counts", "count": 1031}
+    failure = {"target": "t", "ranks": 5, "case": case, "problems": ["wrong"]}
+    jobs, hung = FakeJobs(), {2}
+    small = driver.smallest(jobs, failure, 60, 40, confirm=False, hung=hung)
+    assert 2 not in jobs.ran and jobs.ran.count(3) <= 1 and hung == {2, 3}
+    assert small["ranks"] == 4 and small["case"]["count"] == 4, small

@@ -1,7 +1,9 @@
 """``pyar verify`` pointed at deliberately broken allreduces (tests/verify_targets/broken.py,
 each wrong under one condition) finds each, shrinks it to a small case whose reproducer
-reproduces it, reports a hang within --case-timeout and goes on; the two correct ones
-(correct.py) pass with no false alarm. Real MPI jobs, started by pyar.verify.check itself."""
+reproduces it, reports a hang within --case-timeout as its rank count's verdict and goes on
+with the other targets and rank counts; the correct ones (correct.py, and MPI_Allreduce
+itself under --nan mpi) pass with no false alarm. Real MPI jobs, started by
+pyar.verify.check itself."""
 
 import json
 import subprocess
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pyar.verify import check
+from pyar.verify import cases as C, check
 
 pytestmark = pytest.mark.mpiexec        # (pyar.verify.check starts the MPI jobs)
 HERE = Path(__file__).parent / "verify_targets"
@@ -26,13 +28,14 @@ BUGS = {"segment_tail": ("counts", "elements wrong", 16385),
         "shared_tag": ("interleave", "", 1031),
         "via_float64": ("values", "elements wrong", 16),
         "fmax": ("values", "elements wrong", 16),
-        "scratch_in_x": ("modes", "x was modified", 16)}
+        "scratch_in_x": ("modes", "x was modified", 16),
+        "half_accumulate": ("values", "must be accumulated in float32", 16)}
 
 
 @pytest.fixture(scope="module")
 def broken():
     started = time.monotonic()
-    report = check([f"{BROKEN}:{name}" for name in [*BUGS, "hang_empty"]], ranks=[2],
+    report = check([f"{BROKEN}:{name}" for name in ["hang_empty", *BUGS]], ranks=[2],
                    profile="smoke", case_timeout=CASE_TIMEOUT, confirm=False, shrink_examples=30)
     return report, time.monotonic() - started
 
@@ -75,15 +78,67 @@ def test_each_bug_shrinks_to_a_small_case_whose_reproducer_reproduces_it(broken,
     assert ": fail" in proc.stdout
 
 
-def test_a_hang_is_reported_with_its_case_and_the_run_goes_on(broken):
+def test_a_hang_is_its_rank_counts_verdict_and_the_other_targets_go_on(broken):
     report, _ = broken
     results = _of(report, "hang_empty")
-    hung = [r for r in results if r["verdict"] == "hang"]
-    assert hung and all(r["case"]["count"] == 0 for r in hung), report.text()
-    assert all(r["seconds"] <= CASE_TIMEOUT + 5 for r in hung), hung
-    after = results[results.index(hung[0]) + 1:]
-    assert after and all(r["verdict"] == "pass" for r in after)
+    assert [r["verdict"] for r in results][-1] == "hang", report.text()
+    assert all(r["verdict"] == "pass" for r in results[:-1])
+    hung = results[-1]
+    assert hung["case"]["count"] == 0 and hung["seconds"] <= CASE_TIMEOUT + 5, hung
+    (verdict,) = [v for v in report.verdicts() if v["target"].endswith(":hang_empty")]
+    assert verdict["verdict"] == "hangs" and verdict["case"] == hung["case"]
+    assert verdict["cases"] + verdict["not_run"] == len(C.sweep(2, "smoke"))
     assert f"hang: {BROKEN}:hang_empty on 2 ranks, count=0" in report.text()
+    assert all(_of(report, name) for name in BUGS)      # run after it, on the same rank count
+
+
+def test_a_deadlock_at_one_rank_count_is_reported_in_minutes_and_the_others_judged_fully(
+        tmp_path):
+    out = tmp_path / "v.json"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyar", "verify", f"{BROKEN}:deadlock_at_3", "--ranks", "1-5",
+         "--json", str(out)], capture_output=True, text=True, timeout=400)
+    seconds = time.monotonic() - started
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert seconds < 180, f"{seconds:.0f} s\n{proc.stdout}"
+    data = json.loads(out.read_text())
+    verdicts = {v["ranks"]: v for v in data["verdicts"]}
+    assert verdicts[3]["verdict"] == "hangs" and verdicts[3]["cases"] == 1, verdicts[3]
+    assert verdicts[3]["not_run"] == len(C.sweep(3, data["profile"])) - 1
+    for size in (1, 2, 4, 5):
+        assert verdicts[size]["verdict"] == "passed" and verdicts[size]["not_run"] == 0
+        assert verdicts[size]["cases"] == len(C.sweep(size, data["profile"]))
+    assert "3 hangs" in proc.stdout and "hangs on 3 ranks at counts: count=0" in proc.stdout
+
+
+def test_the_time_limit_bounds_the_run_and_says_what_it_did_not_reach(tmp_path):
+    out = tmp_path / "v.json"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyar", "verify", f"{HERE / 'correct.py'}:ring", "--ranks", "1-3",
+         "--profile", "full", "--time-limit", "5", "--json", str(out)],
+        capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - started
+    assert proc.returncode == 1 and "INCOMPLETE" in proc.stdout, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["seconds"] < 5 + 10, data["seconds"]        # a job's end, at most, past it
+    reached = sum(v["cases"] for v in data["verdicts"])
+    missed = sum(s["cases"] for s in data["not_run"])
+    assert reached + missed == sum(len(C.sweep(n, data["profile"])) for n in (1, 2, 3))
+    assert missed and all(s["why"] == "time-limit" for s in data["not_run"])
+    assert "not reached within --time-limit 5 s" in proc.stdout
+    assert seconds < 60
+
+
+def test_mpi_allreduce_passes_under_the_mpi_nan_rule_and_is_told_the_rule_it_breaks():
+    assert (report := check("mpi", ranks="1-5", nan="mpi")), report.text()
+    strict = check("mpi", ranks=[2, 3, 4], dims=["values"], shrink=False)
+    nan_failures = [r for r in strict.failures if "NaN" in " ".join(r["problems"])
+                    or "differ bitwise" in " ".join(r["problems"])]
+    assert nan_failures, "MPICH's max/min came out NaN-propagating and rank-identical"
+    assert all("--nan mpi" in " ".join(r["problems"]) for r in nan_failures), strict.text()
+    assert all(r["case"]["op"] in ("max", "min") for r in strict.failures), strict.text()
 
 
 def test_the_correct_implementations_pass_with_no_false_alarm():
@@ -112,7 +167,9 @@ def test_the_command_says_what_it_expected(capsys):
 
     for args, words in ((["mpi", "--ranks", "0"], "rank counts >= 1"),
                         (["mpi", "--dims", "colours"], "unknown dimension"),
-                        (["mpi", "--case-timeout", "0"], "--case-timeout must be > 0")):
+                        (["mpi", "--case-timeout", "0"], "--case-timeout must be > 0"),
+                        (["mpi", "--time-limit", "-1"], "--time-limit must be > 0"),
+                        (["mpi", "--nan", "ieee"], "invalid choice: 'ieee'")):
         with pytest.raises(SystemExit) as e:
             cli.main(["verify", *args])
         assert e.value.code == 2 and words in capsys.readouterr().err

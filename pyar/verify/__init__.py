@@ -1,5 +1,6 @@
 """What a correct result is: references and tolerances, reusable by tests and by users; and
-``pyar verify``, the oracle for any allreduce (:func:`check`, :func:`reproduce`).
+``pyar verify``, the oracle for any allreduce (:func:`check`; a reproducer script calls
+:func:`pyar.verify.worker.reproduce`).
 
 ``pyar verify`` lives in :mod:`.cases` (what is swept), :mod:`.judge` (the exact reference
 and its error bounds), :mod:`.worker` (the MPI side: one case at a time, on a fresh
@@ -21,10 +22,12 @@ import ml_dtypes
 import numpy as np
 
 from ..collectives.allreduce import ALLREDUCE
-from ..runtime.baseline import library_call
-from ..runtime.library import wraps
 from ..collectives.reference import magnitude, reference  # noqa: F401  (part of this API)
 from ..core.ops import HALF, Op, is_float, resolve
+from ..runtime.baseline import library_call
+from ..runtime.library import wraps
+from .cases import sample  # noqa: F401  (part of this API)
+from .driver import check  # noqa: F401  (pyar verify from Python)
 
 
 def library_reference(comm, x, op, library=False):
@@ -83,57 +86,3 @@ def describe(result, expected, bad, limit: int = 3) -> str:
     expected = np.asarray(expected).reshape(-1)
     shown = ", ".join(f"[{i}] got {result[i]!r} expected {expected[i]!r}" for i in bad[:limit])
     return f"{len(bad)} of {result.size} elements wrong: {shown}"
-
-
-def sample(rank: int, count: int, dtype, op, seed: int = 0) -> np.ndarray:
-    """Rank ``rank``'s test contribution: values that depend on rank, index and seed.
-
-    A missing or doubled contribution changes the result: sums get
-    ``(rank + 1) * 1000 + ...`` (never 0 for rank 0), products get factors
-    away from 1 (odd integers >= 3, floats in [1 + 1/64, 1.2]), max/min get
-    values spread over ranks and indices, with zeros of both signs at every
-    13th element (a max or min must not depend on which rank's zero came first).
-    """
-    op = resolve(op)
-    dtype = np.dtype(dtype)
-    i = np.arange(count, dtype=np.int64)
-    mix = (i * 37 + rank * 7919 + seed * 104729) % 1009
-    if op is Op.PROD:
-        steps = 1 + (mix % 12)
-        if is_float(dtype):
-            return (1 + steps / 64).astype(dtype)
-        return (2 * steps + 1).astype(dtype)
-    if op in (Op.MAX, Op.MIN):
-        values = mix - 504
-    else:
-        values = (rank + 1) * 1000 + mix
-    if is_float(dtype):
-        values = values + (mix % 7) / 8
-        if dtype == np.float16 and op not in (Op.MAX, Op.MIN):
-            values = values / 64
-        values = values.astype(dtype)
-        if op in (Op.MAX, Op.MIN):          # signed zeros meet at every 13th element
-            values[i % 13 == 0] = -0.0 if rank % 2 else 0.0
-        return values
-    if dtype.kind == "u" and op in (Op.MAX, Op.MIN):
-        values = values + 504
-    return values.astype(dtype)
-
-
-def check(targets, ranks="1-8", **options):
-    """``pyar verify`` from Python: verify allreduce ``targets`` (``"mod:fn"``, ``"path.py:fn"``,
-    ``"pyar:ring"``, ``"mpi"``, or an importable function) over ``ranks`` in MPI jobs it
-    starts; a :class:`pyar.verify.driver.Report`, true when every case passed. Options:
-    ``profile`` (full, quick, smoke), ``dims``, ``case_timeout``, ``mpiexec``, ``load``,
-    ``shrink`` (see :func:`pyar.verify.driver.check`)."""
-    from .driver import check as run
-
-    return run(targets, ranks, **options)
-
-
-def reproduce(target: str, case: dict, load=()) -> int:
-    """Run one case of ``target`` on COMM_WORLD under mpiexec (what a reproducer script
-    calls); 1 if it fails, else 0."""
-    from .worker import reproduce as run
-
-    return run(target, case, load)

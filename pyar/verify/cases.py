@@ -28,7 +28,7 @@ FLOATS = ["float16", "bfloat16", "float32", "float64"]
 OPS = [o.value for o in Op]
 LAYOUTS = ["contiguous", "2d", "offset", "strided", "transposed", "3d"]
 MODES = ["new", "out", "inplace"]
-VALUES = ["sample", "random", "negative", "special", "overflow", "big", "halfmax"]
+VALUES = ["sample", "random", "negative", "special", "overflow", "big", "halfmax", "halfcancel"]
 DIMENSIONS = ["counts", "dtypes", "layouts", "modes", "repeat", "interleave", "values"]
 PROFILES = ("full", "quick", "smoke")
 THRESHOLDS = (64 << 10, 256 << 10, 1 << 20, 4 << 20)      # bytes: typical segment sizes
@@ -37,9 +37,45 @@ BASE = {"count": 1031, "dtype": "float32", "op": "sum", "layout": "contiguous", 
 SMOKE_VALUES = [("special", "float32", "max"), ("special", "float32", "sum"),
                 ("special", "float16", "min"), ("overflow", "int8", "sum"),
                 ("overflow", "uint64", "prod"), ("big", "int64", "sum"),
-                ("halfmax", "bfloat16", "sum"), ("negative", "float64", "prod")]
+                ("halfmax", "bfloat16", "sum"), ("negative", "float64", "prod"),
+                ("halfcancel", "float16", "avg"), ("halfcancel", "bfloat16", "sum")]
 TAGS = (0, 1, 7, 99)        # the user's own messages in the interleave dimension
 PREFIX = "@@pyar-verify "   # a job's answer line on its stdout (the target may print too)
+
+
+def sample(rank: int, count: int, dtype, op, seed: int = 0) -> np.ndarray:
+    """Rank ``rank``'s test contribution: values that depend on rank, index and seed.
+
+    A missing or doubled contribution changes the result: sums get
+    ``(rank + 1) * 1000 + ...`` (never 0 for rank 0), products get factors
+    away from 1 (odd integers >= 3, floats in [1 + 1/64, 1.2]), max/min get
+    values spread over ranks and indices, with zeros of both signs at every
+    13th element (a max or min must not depend on which rank's zero came first).
+    """
+    op = ops.resolve(op)
+    dtype = np.dtype(dtype)
+    i = np.arange(count, dtype=np.int64)
+    mix = (i * 37 + rank * 7919 + seed * 104729) % 1009
+    if op is Op.PROD:
+        steps = 1 + (mix % 12)
+        if ops.is_float(dtype):
+            return (1 + steps / 64).astype(dtype)
+        return (2 * steps + 1).astype(dtype)
+    if op in (Op.MAX, Op.MIN):
+        values = mix - 504
+    else:
+        values = (rank + 1) * 1000 + mix
+    if ops.is_float(dtype):
+        values = values + (mix % 7) / 8
+        if dtype == np.float16 and op not in (Op.MAX, Op.MIN):
+            values = values / 64
+        values = values.astype(dtype)
+        if op in (Op.MAX, Op.MIN):          # signed zeros meet at every 13th element
+            values[i % 13 == 0] = -0.0 if rank % 2 else 0.0
+        return values
+    if dtype.kind == "u" and op in (Op.MAX, Op.MIN):
+        values = values + 504
+    return values.astype(dtype)
 
 
 def case(dim: str, **fields) -> dict:
@@ -55,7 +91,8 @@ def valid(c: dict) -> bool:
             "negative": op == "prod" and not dtype.startswith("uint"),
             "special": floating, "overflow": not floating and op in ("sum", "prod"),
             "big": dtype in ("int64", "uint64"),
-            "halfmax": dtype in ("float16", "bfloat16") and op != "prod"}[c["values"]]
+            "halfmax": dtype in ("float16", "bfloat16") and op != "prod",
+            "halfcancel": dtype in ("float16", "bfloat16") and op in ("sum", "avg")}[c["values"]]
 
 
 def counts(size: int, itemsize: int, profile: str) -> list[int]:
@@ -167,10 +204,9 @@ def contribution(c: dict, rank: int, call: int) -> np.ndarray:
     sums wrap); ``negative``: factors of both signs for prod; ``special``: NaN, +-inf and
     +-0 among ordinary values; ``overflow``: integers whose sum and product wrap as in C;
     ``big``: 64-bit integers above 2**53; ``halfmax``: float16 and bfloat16 near their
-    largest finite value (sums overflow to inf on some orders).
+    largest finite value (sums overflow to inf on some orders); ``halfcancel``: see
+    :func:`half_cancel`.
     """
-    from . import sample
-
     dtype, n, kind = dtype_of(c), c["count"], c["values"]
     seed = c["seed"] * 1000 + call
     if kind == "sample":
@@ -202,11 +238,37 @@ def contribution(c: dict, rank: int, call: int) -> np.ndarray:
     if kind == "big":
         hi = (1 << 62) if c["dtype"] == "int64" else (1 << 63)
         return rng.integers(1 << 53, hi, n, dtype=dtype) | np.array(1, dtype)
+    if kind == "halfcancel":
+        return half_cancel(dtype, n, rank, np.random.default_rng([seed, DTYPES.index(c["dtype"])]),
+                           rng)
     if kind == "halfmax":
         top = float(ml_dtypes.finfo(dtype).max)
         values = rng.uniform(0.3, 1.0, n) * top * rng.choice([-1, 1, 1, 1], n)
         return values.astype(dtype)
     raise ValueError(f"unknown value kind {kind!r}; expected one of {', '.join(VALUES)}")
+
+
+def half_cancel(dtype, n: int, rank: int, shared, own) -> np.ndarray:
+    """Values whose exact sum and average are finite in the half type ``dtype`` but whose
+    partial sums overflow it in some orders: at each element ranks 0-3 hold +A, +B, -A, -B in
+    an order drawn per element (``shared``: the same generator on every rank), all signs
+    flipped at random, other ranks small values (from ``own``). A + B lies above the half
+    type's overflow threshold and below float32's largest value, so a partial sum in the half
+    type is inf wherever A meets B first (the average too, if summed before the division),
+    while float32 partial sums stay exact: A = 2**E (1 + j/2**m), B = 2**(E-2) (1 + k/2**m),
+    4j + k = 3 * 2**m - 1 (E the top binade's exponent, m the mantissa bits), so
+    A + B = 2**E (2 - 2**-(m+2)), three quarters of the way from the threshold to 2**(E+1)."""
+    info = ml_dtypes.finfo(dtype)
+    m, top = info.nmant, 2.0 ** (info.maxexp - 1)
+    j = shared.integers(2 ** (m - 1), 2 ** (m - 1) + 2 ** (m - 2), n)
+    a = top * (1 + j / 2 ** m)
+    b = top / 4 * (1 + (3 * 2 ** m - 1 - 4 * j) / 2 ** m)
+    roles = shared.permuted(np.tile(np.arange(4), (n, 1)), axis=1)
+    sign = shared.choice([-1.0, 1.0], n)
+    if rank >= 4:
+        return own.standard_normal(n).astype(dtype)
+    role = roles[:, rank]
+    return (sign * np.choose(role, [a, b, -a, -b])).astype(dtype)
 
 
 def arrays(c: dict, flat: np.ndarray):

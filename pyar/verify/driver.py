@@ -1,9 +1,11 @@
 """The launching side of ``pyar verify``: MPI jobs under a watchdog, the sweep, shrinking, the report.
 
-No MPI here: each rank count gets a job (``mpiexec -n N python -m mpi4py -m
-pyar.verify.worker``) that runs one case per request. A case that does not answer within
-``case_timeout`` seconds is a hang: the job is killed, the case reported, and a new job
-takes the next case. A failure is shrunk by hypothesis over cases no more complex than
+No MPI here: each rank count in turn gets a job (``mpiexec -n N python -m mpi4py -m
+pyar.verify.worker``) that runs one case per request, and is ended before the next rank
+count's starts. A case that does not answer within ``case_timeout`` seconds is a hang: the
+job is killed, and the hang, with its case, is that target's verdict at that rank count (no
+further case of it runs there). The whole run ends at ``time_limit`` and reports what it
+did not reach. A failure is shrunk by hypothesis over cases no more complex than
 it (fewer ranks, a smaller count, simpler dtype, op, layout, mode, values; each candidate
 in a fresh job when the failure may depend on history, i.e. takes several calls), and
 the smallest failing case is printed as a reproducer script.
@@ -12,6 +14,7 @@ the smallest failing case is printed as a reproducer script.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import shlex
@@ -21,13 +24,18 @@ import sys
 import time
 from pathlib import Path
 
+from ..algorithms import LIBRARY, algorithms
 from ..runtime.launch import find_mpiexec
-from . import cases as C
+from . import cases as C, judge
 
+RANKS = "1-4"           # the defaults: on 2 cores about 15 s for a target in Python or MPI,
+PROFILE = "quick"       # about 2 min for one of pyar's algorithms (slower per case)
+CASE_TIMEOUT = 60.0     # seconds a case may take before it counts as a hang
+TIME_LIMIT = 1800.0     # seconds for the whole run
 
 
 def default_mpiexec() -> list[str]:
-    """:func:`pyar.runtime.launch.find_mpiexec`'s command, split; ValueError if there is none."""
+    """:func:`pyar.launch.find_mpiexec`'s command, split; ValueError if there is none."""
     try:
         return shlex.split(find_mpiexec())
     except RuntimeError as e:
@@ -35,7 +43,10 @@ def default_mpiexec() -> list[str]:
 
 
 class Job:
-    """One MPI job of ``size`` ranks serving cases; restarted after a hang or a crash."""
+    """One MPI job of ``size`` ranks serving cases; restarted after a hang or a crash.
+
+    Starting it (mpiexec, imports, MPI_Init on every rank) may take up to
+    ``start_timeout`` seconds, counted apart from any case's timeout."""
 
     def __init__(self, size, mpiexec, load=(), start_timeout=120.0):
         self.size, self.mpiexec, self.load = size, list(mpiexec), list(load)
@@ -44,7 +55,10 @@ class Job:
         self.next_id = 0
         self.stderr_path = None
 
-    def _start(self):
+    def _start(self, until):
+        """Start the job and wait for its ready line: None once it is up, else the verdict
+        of the case that was to run (``cut`` at ``until``, ``crash`` if it died or did not
+        come up within ``start_timeout``)."""
         import tempfile
 
         command = [*self.mpiexec, "-n", str(self.size), sys.executable, "-m", "mpi4py",
@@ -58,6 +72,20 @@ class Job:
                                      stderr=err, text=True, bufsize=1, start_new_session=True)
         err.close()
         self._buffer = ""
+        began = time.monotonic()
+        answer = self._answer(min(began + self.start_timeout, until), lambda a: "ready" in a)
+        if answer == "died":
+            return self._died("while starting")
+        if answer == "timeout":
+            tail = self.stderr_tail()
+            self.kill()
+            self._forget_stderr()
+            if began + self.start_timeout > until:
+                return _cut(began)
+            return {"verdict": "crash", "seconds": 0, "problems": [
+                f"the MPI job did not start within {self.start_timeout:g} s; its stderr ends: "
+                f"{tail}"]}
+        return None
 
     def stop(self):
         if self.proc is None:
@@ -99,49 +127,68 @@ class Job:
         except (OSError, TypeError):
             return ""
 
-    def run(self, target, case, timeout) -> dict:
-        """The verdict of ``case``: pass, fail, skip, error, hang (no answer within
-        ``timeout`` seconds) or crash (the job died)."""
-        started = self.proc is None
-        if started:
-            self._start()
+    def run(self, target, case, timeout, nan="propagate", until=math.inf) -> dict:
+        """The verdict of ``case`` (float max/min judged by rule ``nan``): pass, fail, skip,
+        error, hang (no answer within ``timeout`` seconds), crash (the job died), or cut (the
+        run's end, ``until`` on :func:`time.monotonic`'s clock, came first)."""
+        if time.monotonic() >= until:
+            return _cut(time.monotonic())
+        if self.proc is None:
+            trouble = self._start(until)
+            if trouble:
+                return trouble
         self.next_id += 1
-        request = {"id": self.next_id, "target": target, "case": case}
+        request = {"id": self.next_id, "target": target, "case": case, "nan": nan}
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
         except OSError:
-            return self._died(case)
+            return self._died("during the case")
         sent = time.monotonic()
-        deadline = sent + timeout + (self.start_timeout if started else 0)
+        answer = self._answer(min(sent + timeout, until), lambda a: a.get("id") == self.next_id)
+        if answer == "died":
+            return self._died("during the case")
+        if answer == "timeout":
+            self.kill()
+            self._forget_stderr()
+            if sent + timeout > until:
+                return _cut(sent)
+            return {"verdict": "hang", "seconds": round(time.monotonic() - sent, 2),
+                    "problems": [f"no answer within {timeout:g} s (--case-timeout): it hangs"]}
+        return answer
+
+    def _answer(self, deadline, wanted):
+        """The first answer line (its JSON) for which ``wanted`` holds, or "timeout" at
+        ``deadline``, or "died" if the job's stdout closes."""
         fd = self.proc.stdout.fileno()
         while True:
             while "\n" in self._buffer:
                 line, self._buffer = self._buffer.split("\n", 1)
                 if line.startswith(C.PREFIX):
                     answer = json.loads(line[len(C.PREFIX):])
-                    if answer["id"] == self.next_id:
+                    if wanted(answer):
                         return answer
             left = deadline - time.monotonic()
             if left <= 0:
-                self.kill()
-                self._forget_stderr()
-                return {"verdict": "hang", "seconds": round(time.monotonic() - sent, 2),
-                        "problems": [f"no answer within {timeout:g} s (--case-timeout): "
-                                     f"it hangs"]}
+                return "timeout"
             ready, _, _ = select.select([fd], [], [], min(left, 1.0))
             if ready:
                 data = os.read(fd, 1 << 16)
                 if not data:
-                    return self._died(case)
+                    return "died"
                 self._buffer += data.decode(errors="replace")
 
-    def _died(self, case):
+    def _died(self, when):
         tail = self.stderr_tail()
         self.kill()
         self._forget_stderr()
         return {"verdict": "crash", "seconds": 0,
-                "problems": [f"the MPI job died during the case; its stderr ends: {tail}"]}
+                "problems": [f"the MPI job died {when}; its stderr ends: {tail}"]}
+
+
+def _cut(since) -> dict:
+    return {"verdict": "cut", "seconds": round(time.monotonic() - since, 2),
+            "problems": ["--time-limit reached first"]}
 
 
 class Jobs:
@@ -155,9 +202,15 @@ class Jobs:
             self.jobs[size] = Job(size, self.mpiexec, self.load)
         return self.jobs[size]
 
-    def close(self):
-        for job in self.jobs.values():
+    def stop(self, size):
+        """End the job of ``size`` ranks, if any (idle ranks poll, taking cores)."""
+        job = self.jobs.pop(size, None)
+        if job is not None:
             job.stop()
+
+    def close(self):
+        for size in list(self.jobs):
+            self.stop(size)
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -184,52 +237,83 @@ def expand_targets(targets) -> list[str]:
     out = []
     for t in targets:
         if t == "pyar:all":
-            import pyar
-            out += [f"pyar:{name}" for name in pyar.algorithms() if name != "mpi"]
+            out += [f"pyar:{name}" for name in algorithms() if name != LIBRARY]
         else:
             out.append(t)
     return out
 
 
-def check(targets, ranks="1-8", profile="full", dims=None, case_timeout=60.0, mpiexec=None,
-          load=(), shrink=True, shrink_examples=40, confirm=True, log=None) -> Report:
+def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TIMEOUT,
+          mpiexec=None, load=(), shrink=True, shrink_examples=40, confirm=True, log=None,
+          nan="propagate", time_limit=TIME_LIMIT) -> Report:
     """Verify allreduce ``targets`` (TARGET strings, a callable of an importable module, or
-    a list of them) over ``ranks``; returns a :class:`Report` (true when all passed).
+    a list of them) over ``ranks``; returns a :class:`Report` (true when every case ran and
+    passed).
 
     Every case runs in MPI jobs this function starts (``mpiexec``: a command line; default
-    the embedded one); usable from a plain pytest (``assert check("mod:fn", ranks=[2, 3])``).
-    ``shrink``: shrink one failure per target and kind of problem, trying at most
-    ``shrink_examples`` candidates; ``confirm``: rerun the smallest case in a fresh job.
+    the embedded one), one rank count at a time; usable from a plain pytest (``assert
+    check("mod:fn", ranks=[2, 3])``). A hang (no answer within ``case_timeout`` seconds)
+    is the verdict of its target at that rank count: no further case runs there, so a
+    deadlock costs one ``case_timeout`` (and a job start) per rank count. ``nan``: the rule
+    for float max/min (:data:`pyar.verify.judge.NAN_RULES`). ``time_limit``: seconds for
+    the whole run, shrinking included; what it does not reach is reported. ``shrink``:
+    shrink one failure per target and kind of problem, trying at most ``shrink_examples``
+    candidates; ``confirm``: rerun the smallest case in a fresh job.
     """
     if isinstance(targets, str) or callable(targets):
         targets = [targets]
     targets = expand_targets(_spec(t) for t in targets)
     sizes = ranks if isinstance(ranks, (list, tuple, range)) else parse_ranks(ranks)
+    if nan not in judge.NAN_RULES:
+        raise ValueError(f"--nan must be one of {', '.join(judge.NAN_RULES)}, got {nan!r}")
+    for name, value in (("--case-timeout", case_timeout), ("--time-limit", time_limit)):
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0 seconds, got {value}")
     mpiexec = shlex.split(mpiexec) if isinstance(mpiexec, str) else \
         (list(mpiexec) if mpiexec else default_mpiexec())
     load = [os.path.abspath(s) if s.endswith(".py") else s for s in load or ()]
     jobs = Jobs(mpiexec, load)
-    report = Report(targets, list(sizes), profile, load)
-    started = time.perf_counter()
+    report = Report(targets, list(sizes), profile, load, nan, time_limit)
+    started = time.monotonic()
+    until = started + time_limit
     try:
         for size in sizes:
             sweep = C.sweep(size, profile, dims)
             for target in targets:
-                for case in sweep:
-                    result = jobs[size].run(target, case, case_timeout)
-                    report.add(target, size, case, result)
-                    if log and result["verdict"] not in ("pass", "skip"):
-                        log(f"{target} on {size} ranks: {result['verdict']} {_brief(case)}")
-                    if result["verdict"] == "error":        # the target cannot be loaded
-                        break
+                _run_sweep(jobs[size], target, sweep, report, case_timeout, nan, until, log)
+            jobs.stop(size)
         if shrink:
+            stuck = {}              # target -> rank counts where it hangs: no candidate there
+            for v in report.verdicts():
+                if v["verdict"] in ("hangs", "error"):
+                    stuck.setdefault(v["target"], set()).add(v["ranks"])
             for failure in report.first_failures():
+                if time.monotonic() >= until:
+                    break
                 failure["smallest"] = smallest(jobs, failure, case_timeout, shrink_examples,
-                                               confirm, log)
+                                               confirm, log, nan, until,
+                                               stuck.setdefault(failure["target"], set()))
+        report.name_reproducers(case_timeout)
     finally:
         jobs.close()
-    report.seconds = time.perf_counter() - started
+    report.seconds = time.monotonic() - started
     return report
+
+
+def _run_sweep(job, target, sweep, report, case_timeout, nan, until, log):
+    """``sweep``'s cases of ``target`` on ``job`` into ``report``, up to the first hang or
+    error (the rank count's verdict) or the end of the run (``until``)."""
+    for i, case in enumerate(sweep):
+        result = job.run(target, case, case_timeout, nan, until)
+        if result["verdict"] == "cut":
+            report.not_run(target, job.size, len(sweep) - i, "time-limit")
+            return
+        report.add(target, job.size, case, result)
+        if log and result["verdict"] not in ("pass", "skip"):
+            log(f"{target} on {job.size} ranks: {result['verdict']} {_brief(case)}")
+        if result["verdict"] in ("hang", "error"):
+            report.not_run(target, job.size, len(sweep) - i - 1, result["verdict"])
+            return
 
 
 def _spec(target) -> str:
@@ -249,22 +333,61 @@ def _brief(case) -> str:
 
 
 class Report:
-    """Every case's verdict; ``bool(report)`` is whether all passed."""
+    """Every case's verdict, the cases not run, and a verdict per target and rank count;
+    ``bool(report)`` is whether every case ran and passed."""
 
-    def __init__(self, targets, sizes, profile, load):
+    def __init__(self, targets, sizes, profile, load, nan="propagate", time_limit=None):
         self.targets, self.sizes, self.profile, self.load = targets, sizes, profile, load
+        self.nan, self.time_limit = nan, time_limit
         self.results = []           # {"target", "ranks", "case", "verdict", "problems", ...}
+        self.skipped = []           # {"target", "ranks", "cases", "why"}: cases not run
         self.seconds = 0.0
 
     def add(self, target, size, case, result):
         self.results.append({"target": target, "ranks": size, "case": case, **result})
 
+    def not_run(self, target, size, count, why):
+        """``count`` cases of ``target`` on ``size`` ranks not run, ``why``: after a hang or
+        an error there, or at the time limit."""
+        if count:
+            self.skipped.append({"target": target, "ranks": size, "cases": count, "why": why})
+
     @property
     def failures(self):
         return [r for r in self.results if r["verdict"] not in ("pass", "skip")]
 
+    @property
+    def unreached(self):
+        """What the time limit left out: ``{"target", "ranks", "cases", "why"}`` each."""
+        return [s for s in self.skipped if s["why"] == "time-limit"]
+
     def __bool__(self):
-        return not self.failures
+        return not self.failures and not self.skipped
+
+    def verdicts(self) -> list[dict]:
+        """Per target and rank count: ``verdict`` (passed, failed, hangs, error, incomplete:
+        cut short by the time limit, not reached: none run), ``cases`` run, ``not_run``, and
+        for hangs and errors the ``case``."""
+        out = []
+        for target in self.targets:
+            for size in self.sizes:
+                rows = [r for r in self.results if r["target"] == target and r["ranks"] == size]
+                skipped = [s for s in self.skipped if s["target"] == target and s["ranks"] == size]
+                seen = {r["verdict"] for r in rows}
+                entry = {"target": target, "ranks": size, "cases": len(rows),
+                         "not_run": sum(s["cases"] for s in skipped)}
+                stop = next((r for r in rows if r["verdict"] in ("hang", "error")), None)
+                if stop:
+                    entry.update(verdict="hangs" if stop["verdict"] == "hang" else "error",
+                                 case=stop["case"])
+                elif seen & {"fail", "crash"}:
+                    entry["verdict"] = "failed"
+                elif skipped:
+                    entry["verdict"] = "incomplete" if rows else "not reached"
+                else:
+                    entry["verdict"] = "passed"
+                out.append(entry)
+        return out
 
     def first_failures(self):
         """One failure per target and kind of problem to shrink: the first seen."""
@@ -277,6 +400,20 @@ class Report:
                 seen.add(key)
                 out.append(r)
         return out
+
+    def name_reproducers(self, timeout):
+        """Name each distinct smallest case ``repro_K.py`` and write its script under that
+        name (the same case found twice shares one)."""
+        names = {}
+        for r in self.results:
+            small = r.get("smallest")
+            if not small:
+                continue
+            key = (r["target"], small["ranks"], json.dumps(small["case"], sort_keys=True))
+            names.setdefault(key, f"repro_{len(names) + 1}.py")
+            small["name"] = names[key]
+            small["script"] = reproducer(r["target"], small["ranks"], small["case"], self.load,
+                                         timeout, self.nan, small["name"])
 
     def table(self) -> str:
         verdicts = ["pass", "fail", "hang", "crash", "error", "skip"]
@@ -292,12 +429,31 @@ class Report:
                 lines.append(f"  {target:<{w}}{dim:<12}" + "".join(f"{n:>7}" for n in counts))
         return "\n".join(lines)
 
+    def by_ranks(self) -> str:
+        """A line per target: its verdict at each rank count; a line per hang or error."""
+        lines = ["# by rank count"]
+        entries = self.verdicts()
+        for target in self.targets:
+            mine = [e for e in entries if e["target"] == target]
+            lines.append(f"  {target}: " + ", ".join(f"{e['ranks']} {e['verdict']}"
+                                                     for e in mine))
+            for e in mine:
+                if "case" in e:
+                    lines.append(f"    {e['verdict']} on {e['ranks']} ranks at "
+                                 f"{e['case']['dim']}: {_brief(e['case'])} (case {e['cases']} of "
+                                 f"{e['cases'] + e['not_run']}; the rest not run there)")
+        if self.unreached:
+            lines.append(f"# not reached within --time-limit {self.time_limit:g} s: " + "; ".join(
+                f"{s['target']} on {s['ranks']} ranks, {s['cases']} cases"
+                for s in self.unreached))
+        return "\n".join(lines)
+
     def text(self) -> str:
-        ok = "PASSED" if self else "FAILED"
+        ok = "FAILED" if self.failures else ("INCOMPLETE" if self.skipped else "PASSED")
         head = (f"# pyar verify: {', '.join(self.targets)} on ranks "
-                f"{','.join(map(str, self.sizes))}, profile {self.profile}: {len(self.results)} "
-                f"cases in {self.seconds:.0f} s: {ok}")
-        parts = [head, self.table()]
+                f"{','.join(map(str, self.sizes))}, profile {self.profile}, --nan {self.nan}: "
+                f"{len(self.results)} cases in {self.seconds:.0f} s: {ok}")
+        parts = [head, self.table(), self.by_ranks()]
         for r in self.failures[:40]:
             parts.append(f"- {r['verdict']}: {r['target']} on {r['ranks']} ranks, {_brief(r['case'])}:"
                          f" {'; '.join(r['problems'][:3])[:600]}")
@@ -306,11 +462,11 @@ class Report:
         shown = set()
         for r in self.results:
             small = r.get("smallest")
-            key = small and (r["target"], small["ranks"], json.dumps(small["case"]))
-            if small and key not in shown:
-                shown.add(key)
-                parts.append(f"\n## smallest failing case of {r['target']} ({r['case']['dim']}): "
-                             f"{small['ranks']} ranks, {_brief(small['case'])}\n"
+            if small and small["name"] not in shown:
+                shown.add(small["name"])
+                parts.append(f"\n## {small['name']}: smallest failing case of {r['target']} "
+                             f"({r['case']['dim']}): {small['ranks']} ranks, "
+                             f"{_brief(small['case'])}\n"
                              f"# {small['note']}\n"
                              f"# {'; '.join(small['problems'][:2])[:400]}\n"
                              + small["script"])
@@ -318,8 +474,9 @@ class Report:
 
     def to_json(self) -> dict:
         return {"targets": self.targets, "ranks": self.sizes, "profile": self.profile,
-                "passed": bool(self), "seconds": round(self.seconds, 1),
-                "results": self.results}
+                "nan": self.nan, "time_limit": self.time_limit, "passed": bool(self),
+                "seconds": round(self.seconds, 1), "verdicts": self.verdicts(),
+                "not_run": self.skipped, "results": self.results}
 
 
 def _kind(result) -> tuple:
@@ -340,9 +497,13 @@ ORDER = {"dtype": ["int32", "int64", "float32", "float64", "int8", "int16", "uin
          "layout": C.LAYOUTS, "mode": C.MODES, "values": C.VALUES}
 
 
-def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None) -> dict:
+def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
+             nan="propagate", until=math.inf, hung=None) -> dict:
     """The smallest failing case hypothesis finds among those no more complex than
-    ``failure``'s, with its reproducer; the failure itself if it finds none smaller."""
+    ``failure``'s (by rule ``nan``), before ``until``; the failure itself if it finds none
+    smaller. No candidate runs on a rank count in ``hung`` (a set: where the target hangs
+    or cannot load), and one that hangs adds its rank count to it. The reproducer's script
+    comes from :meth:`Report.name_reproducers`."""
     from hypothesis import HealthCheck, Phase, find, settings, strategies as st
     from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
     from hypothesis.errors import NoSuchExample
@@ -351,6 +512,7 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None) -> d
     fresh_job = case["calls"] > 1          # may depend on history: a fresh job per candidate
     examples = min(examples, 6) if fresh_job else examples
     tried = [0]
+    hung = set() if hung is None else hung
 
     def options(field):                 # simplest first: hypothesis shrinks towards it
         return st.integers(0, ORDER[field].index(case[field])).map(ORDER[field].__getitem__)
@@ -372,7 +534,8 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None) -> d
         key = json.dumps([c["ranks"], candidate], sort_keys=True)
         if key in seen:
             return seen[key]
-        if not C.valid(candidate) or tried[0] >= examples:
+        if not C.valid(candidate) or tried[0] >= examples or time.monotonic() >= until \
+                or c["ranks"] in hung:
             return False
         tried[0] += 1
         seen[key] = verdict = _fails(c, candidate, key)
@@ -382,7 +545,9 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None) -> d
         job = jobs[c["ranks"]]
         if fresh_job:
             job.stop()
-        result = job.run(target, candidate, case_timeout)
+        result = job.run(target, candidate, case_timeout, nan, until)
+        if result["verdict"] in ("hang", "error"):
+            hung.add(c["ranks"])
         if result["verdict"] == "fail":
             found[key] = result["problems"]
             return True
@@ -399,48 +564,49 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None) -> d
     except NoSuchExample:
         ranks, small, problems = size, case, failure["problems"]
         note = f"hypothesis found no smaller failing case in {tried[0]} tries: the case as seen"
-    note += f" ({tried[0]} candidates run{', each in a fresh job' if fresh_job else ''})"
+    note += f" ({tried[0]} candidates run{', each in a fresh job' if fresh_job else ''}"
+    note += "; stopped at --time-limit)" if time.monotonic() >= until else ")"
     confirmed = None
-    if confirm:
+    if confirm and time.monotonic() < until:
         job = jobs[ranks]
         job.stop()
-        confirmed = job.run(target, small, case_timeout)["verdict"] == "fail"
+        confirmed = job.run(target, small, case_timeout, nan, until)["verdict"] == "fail"
         note += f"; rerun in a fresh job: {'fails' if confirmed else 'PASSES'}"
     if log:
         log(f"{target}: smallest failing case {ranks} ranks, {_brief(small)} ({note})")
     return {"ranks": ranks, "case": small, "problems": problems, "note": note,
-            "confirmed": confirmed,
-            "script": reproducer(target, ranks, small, jobs.load, case_timeout)}
+            "confirmed": confirmed}
 
 
-def reproducer(target, ranks, case, load=(), timeout=60) -> str:
-    """A script that runs ``case`` of ``target`` alone, with its mpiexec line first."""
+def reproducer(target, ranks, case, load=(), timeout=60, nan="propagate",
+               name="repro.py") -> str:
+    """The script ``name`` that runs ``case`` of ``target`` alone (float max/min by rule
+    ``nan``), with its mpiexec line first."""
     if ":" in target and target.split(":")[0].endswith(".py"):
-        path, name = target.rsplit(":", 1)
-        target = f"{os.path.abspath(path)}:{name}"
-    return (f"# timeout -k 5 {int(timeout)} mpiexec -n {ranks} python repro.py\n"
+        path, fn = target.rsplit(":", 1)
+        target = f"{os.path.abspath(path)}:{fn}"
+    return (f"# timeout -k 5 {int(timeout)} mpiexec -n {ranks} python {name}\n"
             f"# (exit status 1 while {target} fails this case, 0 once it passes)\n"
-            f"from pyar.verify import reproduce\n\n"
+            f"from pyar.verify.worker import reproduce\n\n"
             f"case = {case!r}\n"
-            f"raise SystemExit(reproduce({target!r}, case, load={list(load)!r}))\n")
+            f"raise SystemExit(reproduce({target!r}, case, load={list(load)!r}, nan={nan!r}))\n")
 
 
 def command(args) -> int:
-    """``pyar verify``: what cli.py parsed, run and reported; exit status 0 only if all passed."""
+    """``pyar verify``: what cli.py parsed, run and reported; exit status 0 only if every
+    case ran and passed."""
     dims = C.DIMENSIONS if args.dims is None else [d.strip() for d in args.dims.split(",")
                                                    if d.strip()]
     if args.skip:
         skip = [d.strip() for d in args.skip.split(",") if d.strip()]
         C.sweep(1, "smoke", skip)               # ValueError naming the dimensions
         dims = [d for d in dims if d not in skip]
-    if args.case_timeout <= 0:
-        raise ValueError(f"--case-timeout must be > 0 seconds, got {args.case_timeout}")
     profile = "quick" if args.quick else args.profile
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # jobs end with us (finally)
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else None
     report = check(args.target, ranks=args.ranks, profile=profile, dims=dims,
                    case_timeout=args.case_timeout, mpiexec=args.mpiexec, load=args.load,
-                   shrink=not args.no_shrink, log=log)
+                   shrink=not args.no_shrink, log=log, nan=args.nan, time_limit=args.time_limit)
     print(report.text(), flush=True)
     if args.json:
         with open(args.json, "w") as f:
@@ -448,9 +614,13 @@ def command(args) -> int:
         print(f"# json: {args.json}")
     if args.repro_dir:
         os.makedirs(args.repro_dir, exist_ok=True)
-        for i, r in enumerate(x for x in report.results if x.get("smallest")):
-            path = os.path.join(args.repro_dir, f"repro_{i + 1}.py")
-            with open(path, "w") as f:
-                f.write(r["smallest"]["script"])
-            print(f"# reproducer: {path}")
+        written = set()
+        for r in report.results:
+            small = r.get("smallest")
+            if small and small["name"] not in written:
+                written.add(small["name"])
+                path = os.path.join(args.repro_dir, small["name"])
+                with open(path, "w") as f:
+                    f.write(small["script"])
+                print(f"# reproducer: {path}")
     return 0 if report else 1

@@ -1,9 +1,11 @@
 """The MPI side of ``pyar verify``: run cases on a target, judge them, agree on the verdict.
 
 Started by :mod:`pyar.verify.driver` as ``mpiexec -n N python -m mpi4py -m
-pyar.verify.worker [--load SPEC ...]``. Rank 0 reads one JSON request per line on stdin
-(``{"id", "target", "case"}``), every rank runs it, and rank 0 prints the verdict as one
-line ``@@pyar-verify {json}``. Each case gives the target a fresh communicator (freed
+pyar.verify.worker [--load SPEC ...]``. Once every rank is up, rank 0 prints
+``@@pyar-verify {"ready": true}``; then it reads one JSON request per line on stdin
+(``{"id", "target", "case", "nan"}``, ``nan`` the rule for float max/min of
+:mod:`pyar.verify.judge`), every rank runs it, and rank 0 prints the verdict as one line
+``@@pyar-verify {json}``. Each case gives the target a fresh communicator (freed
 after a case that passed; state a target caches on it dies with it); the verdicts travel
 on another, so a broken target cannot disturb them.
 
@@ -23,6 +25,9 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
+import pyar
+from ..algorithms import check_name
+from ..core import loader
 from ..runtime.baseline import typed
 from . import cases as C, judge
 
@@ -35,18 +40,13 @@ def resolve(spec: str):
     if spec == "mpi":
         return mpi_allreduce
     if spec.startswith("pyar:"):
-        import pyar
-
         name = spec[5:]
         if name != "auto":
-            from pyar.algorithms import check_name
             check_name(name)
 
         def algorithm(x, comm, op="sum", out=None):
             return pyar.allreduce(x, out=out, op=op, algorithm=name, comm=comm)
         return algorithm
-    from ..core import loader
-
     if ":" not in spec:
         raise ValueError(f"target {spec!r}: expected mpi, pyar:ALGORITHM, module:function or "
                          f"path.py:function")
@@ -87,8 +87,9 @@ class Runner:
             self.targets[spec] = resolve(spec)
         return self.targets[spec]
 
-    def run(self, spec: str, case: dict) -> dict:
-        """Run ``case`` on every rank; every rank returns the same verdict."""
+    def run(self, spec: str, case: dict, nan: str = "propagate") -> dict:
+        """Run ``case`` on every rank, judging float max/min by rule ``nan``; every rank
+        returns the same verdict."""
         start = time.perf_counter()
         try:
             self.target(spec)
@@ -97,7 +98,7 @@ class Runner:
                     "seconds": 0}
         comm = self.world.Dup()
         try:
-            local, digest, skipped = self._calls(spec, case, comm)
+            local, digest, skipped = self._calls(spec, case, comm, nan)
         except Exception as e:          # the verifier's own trouble, e.g. a bad target
             local, digest, skipped = [f"rank {self.world.Get_rank()}: {_one_line(e)}"], "", False
         everyone = self._allgather({"problems": local, "digest": digest, "skipped": skipped})
@@ -108,7 +109,9 @@ class Runner:
             for rank, r in enumerate(everyone):
                 groups.setdefault(r["digest"], []).append(rank)
             problems.append("ranks' results differ bitwise: " + "; ".join(
-                f"ranks {g} agree" for g in groups.values()))
+                f"ranks {g} agree" for g in groups.values()) + (
+                " (float max/min: --nan mpi lets ranks differ where a NaN or zeros of both "
+                "signs meet, as MPI does)" if _loose_able(case) and nan == "propagate" else ""))
         skip = any(r["skipped"] for r in everyone) and not problems
         verdict = "skip" if skip else ("fail" if problems else "pass")
         if verdict != "fail":                   # a failed call's leftovers may be in flight
@@ -116,9 +119,14 @@ class Runner:
         return {"verdict": verdict, "problems": problems[:8],
                 "seconds": round(time.perf_counter() - start, 4)}
 
-    def _calls(self, spec, case, comm):
+    def _calls(self, spec, case, comm, nan):
+        """Every call of ``case``: the problems seen here, a digest of the results (the bits
+        every rank must share) and whether the target declined the case. Rank 0 judges the
+        values; under ``nan="mpi"`` on float max/min every rank judges its own, and the digest
+        leaves out the elements where ranks may differ."""
         target = self.target(spec)
         rank, size = comm.Get_rank(), comm.Get_size()
+        loose = nan == "mpi" and _loose_able(case)
         problems, digest = [], ""
         out_buffer = None
         for call in range(case["calls"]):
@@ -158,12 +166,20 @@ class Runner:
             if case["mode"] != "inplace" and not _same_bits(base, pristine):
                 problems.append(f"{where}: x was modified (not in place)")
             flat = np.ascontiguousarray(result).reshape(-1)
-            digest = hashlib.sha1(flat.view(np.uint8)).hexdigest() + digest
-            if rank == 0:
+            shared = flat
+            if rank == 0 or loose:
                 inputs = [C.contribution(case, r, call) for r in range(size)]
-                bad = judge.wrong(flat, inputs, case["op"], case["dtype"])
+                bad = judge.wrong(flat, inputs, case["op"], case["dtype"], nan)
                 if bad.size:
-                    problems.append(f"call {call}: " + judge.describe(flat, inputs, bad))
+                    rule = judge.broken_rule(flat, inputs, bad, case["op"], case["dtype"], nan)
+                    problems.append(f"{where if loose else f'call {call}'}: "
+                                    + judge.describe(flat, inputs, bad)
+                                    + (f" [{rule}]" if rule else ""))
+                if loose:
+                    x = np.stack(inputs).astype(np.float64)
+                    shared = flat.copy()
+                    shared[judge.meets_nan(x) | (flat == 0)] = 0
+            digest = hashlib.sha1(shared.view(np.uint8)).hexdigest() + digest
         return problems, digest, False
 
     def _allgather(self, mine: dict) -> list:
@@ -184,6 +200,11 @@ class Runner:
         buf = data.copy() if self.verdicts.Get_rank() == 0 else np.empty(int(n[0]), np.uint8)
         self.verdicts.Bcast(buf)
         return buf.tobytes().decode()
+
+
+def _loose_able(case) -> bool:
+    """Whether the ``nan`` rule matters for ``case``: float max or min."""
+    return case["op"] in ("max", "min") and case["dtype"] in C.FLOATS
 
 
 def _same_bits(a, b) -> bool:
@@ -235,14 +256,15 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{where}"
 
 
-def reproduce(target: str, case: dict, load=()) -> int:
-    """Run one case of ``target`` on COMM_WORLD (every rank calls it); rank 0 prints the
-    verdict. Returns 1 if it fails, 0 if it passes, on every rank (a reproducer's exit)."""
-    from ..core import loader
-
+def reproduce(target: str, case: dict, load=(), nan: str = "propagate") -> int:
+    """Run one case of ``target`` on COMM_WORLD (every rank calls it), float max/min judged
+    by rule ``nan``; rank 0 prints the verdict. Returns 1 if it fails, 0 if it passes, on
+    every rank (a reproducer's exit)."""
+    if nan not in judge.NAN_RULES:
+        raise ValueError(f"nan must be one of {', '.join(judge.NAN_RULES)}, got {nan!r}")
     loader.load_all(load)
     runner = Runner()
-    result = runner.run(target, case)
+    result = runner.run(target, case, nan)
     if runner.world.Get_rank() == 0:
         print(f"pyar verify {target} on {runner.world.Get_size()} ranks: {result['verdict']}")
         for p in result["problems"]:
@@ -252,12 +274,15 @@ def reproduce(target: str, case: dict, load=()) -> int:
 
 
 def serve(load=()) -> int:
-    """The job's loop: one request a line on rank 0's stdin, until end of input."""
-    from ..core import loader
-
+    """The job's loop: the ready line, then one request a line on rank 0's stdin, until end
+    of input."""
     loader.load_all(load)
     runner = Runner()
     root = runner.world.Get_rank() == 0
+    runner.verdicts.Barrier()                   # every rank is up
+    if root:
+        sys.stdout.write(C.PREFIX + json.dumps({"ready": True}) + "\n")
+        sys.stdout.flush()
     while True:
         line = sys.stdin.readline() if root else None
         line = runner.bcast_line(line.strip() if line else "")
@@ -265,7 +290,7 @@ def serve(load=()) -> int:
             return 0
         request = json.loads(line)
         try:
-            result = runner.run(request["target"], request["case"])
+            result = runner.run(request["target"], request["case"], request["nan"])
         except Exception as e:                  # e.g. an unloadable target: said, not hidden
             result = {"verdict": "error", "problems": [_one_line(e)], "seconds": 0}
         if root:

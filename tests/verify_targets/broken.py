@@ -9,7 +9,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from correct import finish, private, ring, ring_blocks  # noqa: E402
+from correct import finish, private, ring, ring_blocks, widen  # noqa: E402
 
 SEGMENT = 1 << 14       # elements: 64 KiB of float32
 
@@ -17,7 +17,7 @@ SEGMENT = 1 << 14       # elements: 64 KiB of float32
 def segment_tail(x, comm, op="sum", out=None):
     """Pipelined in segments of 16 Ki elements, but the last partial segment loses its final
     element (an off-by-one in the remainder): wrong only above the segment size."""
-    data = np.array(x, copy=True).reshape(-1)
+    data = widen(x)
     with np.errstate(all="ignore"):
         for lo in range(0, data.size, SEGMENT):
             hi = min(lo + SEGMENT, data.size)
@@ -30,7 +30,7 @@ def segment_tail(x, comm, op="sum", out=None):
 def reshape_inplace(x, comm, op="sum", out=None):
     """Writes the result through ``out.reshape(-1)``, which is a copy, not a view, when
     ``out`` is not contiguous: in place on a strided or transposed x does nothing."""
-    data = np.array(x, copy=True).reshape(-1)
+    data = widen(x)
     with np.errstate(all="ignore"):
         ring_blocks(data, private(comm), op)
         result = finish(x, data, op, comm.Get_size(), None)
@@ -63,7 +63,7 @@ def stale(x, comm, op="sum", out=None):
     if state is None:
         state = {}
         comm.Set_attr(_STATE, state)
-    acc = state.setdefault((x.size, x.dtype.str), np.zeros(x.size, x.dtype))
+    acc = state.setdefault((x.size, x.dtype.str), np.zeros_like(widen(x)))
     with np.errstate(all="ignore"):
         acc += np.asarray(x).reshape(-1)
         ring_blocks(acc, private(comm), op)
@@ -73,7 +73,7 @@ def stale(x, comm, op="sum", out=None):
 def shared_tag(x, comm, op="sum", out=None):
     """Runs the ring on the caller's communicator with tag 0 instead of a private one: takes
     the caller's own messages when they are in flight."""
-    data = np.array(x, copy=True).reshape(-1)
+    data = widen(x)
     with np.errstate(all="ignore"):
         ring_blocks(data, comm, op, tag=0)
         return finish(x, data, op, comm.Get_size(), out)
@@ -94,7 +94,7 @@ def via_float64(x, comm, op="sum", out=None):
 def fmax(x, comm, op="sum", out=None):
     """max/min with np.fmax/np.fmin, which skip NaN: wrong only where a NaN meets a number."""
     fold = {"max": np.fmax, "min": np.fmin}.get(op)
-    data = np.array(x, copy=True).reshape(-1)
+    data = widen(x)
     with np.errstate(all="ignore"):
         ring_blocks(data, private(comm), op, fold=fold)
         return finish(x, data, op, comm.Get_size(), out)
@@ -111,10 +111,29 @@ def scratch_in_x(x, comm, op="sum", out=None):
         return finish(x, flat.copy(), op, comm.Get_size(), out)
 
 
+def half_accumulate(x, comm, op="sum", out=None):
+    """Folds float16 and bfloat16 in their own type (every partial sum rounded to it, the
+    average summed before the division): inf where a partial sum overflows though the exact
+    sum or average is finite; right for every other dtype."""
+    data = np.array(x, copy=True).reshape(-1)
+    with np.errstate(all="ignore"):
+        ring_blocks(data, private(comm), op)
+        return finish(x, data, op, comm.Get_size(), out)
+
+
 def hang_empty(x, comm, op="sum", out=None):
     """Rank 0 returns at once for an empty x while the others wait for it: a hang, at count
     0 on two ranks or more."""
     c = private(comm)
     if x.size == 0 and c.Get_rank() != 0:
         c.Barrier()
+    return ring(x, comm, op, out)
+
+
+def deadlock_at_3(x, comm, op="sum", out=None):
+    """On 3 ranks every rank first waits for a message from its left neighbour, which is
+    waiting too: every call deadlocks there; the ring on any other number of ranks."""
+    if comm.Get_size() == 3:
+        c = private(comm)
+        c.Recv(np.empty(1), source=(c.Get_rank() - 1) % 3, tag=5)
     return ring(x, comm, op, out)

@@ -1,7 +1,8 @@
 """Two correct allreduces written for the tests of ``pyar verify`` (no false alarm on either).
 
 ``ring``: a ring reduce-scatter + allgather over mpi4py, on a duplicate of the caller's
-communicator (so the caller's own messages are never taken), every dtype and op.
+communicator (so the caller's own messages are never taken), every dtype and op; float16 and
+bfloat16 are accumulated in float32 (:func:`widen`) and rounded once, at the end.
 ``mpi_nan``: MPI_Allreduce, with max/min of floats as a user-defined op that propagates
 NaN and prefers +0.0 (max) and -0.0 (min) when zeros meet, so every rank agrees; MPI has
 no float16 or bfloat16, so those raise NotImplementedError (skipped by the verifier).
@@ -29,10 +30,19 @@ def as_bytes(a):
     return [a.view(np.uint8), MPI.BYTE]
 
 
+def widen(x):
+    """A flat copy of ``x`` in its accumulation type: float32 for float16 and bfloat16
+    (partial sums in the half type overflow where the exact sum is finite), else x's own."""
+    wide = np.float32 if x.dtype.itemsize == 2 and x.dtype.kind in "fV" else x.dtype
+    return np.array(x, dtype=wide, copy=True).reshape(-1)
+
+
 def finish(x, result, op, size, out):
-    result = result.reshape(x.shape)
+    """The reduced ``result`` (flat, in the accumulation type) as the call's result: divided
+    by ``size`` for avg, then rounded to x's dtype and shape, into ``out`` if given."""
     if op == "avg":
-        result = (result / np.array(size, x.dtype)).astype(x.dtype)
+        result = result / np.array(size, result.dtype)
+    result = result.astype(x.dtype, copy=False).reshape(x.shape)
     if out is None:
         return result
     out[...] = result
@@ -64,7 +74,7 @@ def ring_blocks(data, comm, op, tag=0, fold=None):
 
 
 def ring(x, comm, op="sum", out=None):
-    data = np.array(x, copy=True).reshape(-1)
+    data = widen(x)
     with np.errstate(all="ignore"):
         ring_blocks(data, private(comm), op)
         return finish(x, data, op, comm.Get_size(), out)

@@ -113,10 +113,10 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
             except BaseException as e:          # mid-way: out of step, as calls.build says
                 what = f"allreduce #{c.seq} on rank {c.rank} ({x.size} {x.dtype})"
                 c.abandon(what, e)
-                own = isinstance(e, TimeoutError) and getattr(e, "failed_rank", None) is None
+                own = isinstance(e, TimeoutError) and e.failed_rank is None
                 if own:                         # (not a peer's, told by a notice)
-                    e = TimeoutError(f"{what}: {e} (PYAR_TIMEOUT; did every rank call it, "
-                                     f"and with the same arguments?)")
+                    e = e.restated(f"{what}: {e} (PYAR_TIMEOUT; did every rank call it, and "
+                                   f"with the same arguments?)")
                 if rec is not None:
                     recorder.failed(entry, e)
                 if own:

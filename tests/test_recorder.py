@@ -13,6 +13,7 @@ from hypothesis import given, strategies as st
 from observed import observed
 from pyar.observe import doctor
 from pyar.runtime import recorder
+import pyar
 from pyar.core.errors import TimeoutError
 
 FIELDS = {"count": (4096, 4095), "dtype": ("float32", "int32"), "op": ("sum", "max"),
@@ -91,11 +92,25 @@ def test_a_bad_buffer_size_says_what_it_takes(monkeypatch):
     assert read.trace_buffer == 7 and "P2P" not in read.debug_subsys
 
 
-def test_a_timeouts_state_names_the_step_and_peers():
-    state = recorder.state_of(TimeoutError("allreduce #7 on rank 1 (ring, 4 float32): step 2 "
-                                           "of 6 waited for ranks 0, 3; gave up after 1.5 s"))
-    assert state == {"error": "TimeoutError", "message": state["message"], "step": 2,
-                     "steps": 6, "peers": [0, 3], "waited": 1.5}
+def test_a_timeouts_state_is_its_data_not_its_words():
+    error = TimeoutError("allreduce #7 on rank 1 (ring, 4 float32): gave up", step=2, steps=6,
+                         peers=(0, 3), waited=1.5)
+    state = recorder.state_of(error)
+    assert state == {"error": "TimeoutError", "message": str(error), "step": 2, "steps": 6,
+                     "peers": [0, 3], "waited": 1.5}
+    restated = error.restated("in other words")
+    assert type(restated) is TimeoutError and str(restated) == "in other words"
+    assert recorder.state_of(restated) == {**state, "message": "in other words"}
+
+
+def test_a_call_stopped_by_a_peer_keeps_where_it_waited():
+    stopped = pyar.MismatchError("allreduce #7 on rank 0 stopped: rank 3 failed ...")
+    stopped.failed_rank = 3
+    stopped.waiting = TimeoutError("rank 0 step 1 waited for rank 3", step=1, peers=(3,),
+                                   waited=0.2)
+    assert recorder.state_of(stopped) == {
+        "error": "MismatchError", "message": str(stopped), "stopped_by": 3, "step": 1,
+        "peers": [3], "waited": 0.2}
 
 
 @given(st.lists(st.integers(0, 40), min_size=1, max_size=12, unique=True))

@@ -30,6 +30,7 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
+from ..core.errors import Where
 from ..core.schedule import Schedule
 from ..kernels import folder
 from ..model.cost import RESIDENT_BYTES
@@ -79,7 +80,7 @@ class Plan:
         self._spare: dict = {}      # dtype -> (scratch, landing) pairs of finished requests
         self._bound = weakref.WeakSet()
         for i, (sends, recvs) in enumerate(self.ops):
-            where = f"rank {self.rank} step {i}"
+            where = Where(self.rank, i)
             before = []
             if written is not None:
                 sends = [self._read_from(s, written, before) for s in sends]

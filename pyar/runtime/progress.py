@@ -94,9 +94,14 @@ class Step:
     def stalled(self, ctx, waited: float) -> TimeoutError:
         """The error of a wait for this step that ran past its deadline after ``waited`` s."""
         peers = self.pending(ctx)
-        waiting = f" for rank{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}" \
-            if peers else ""
-        return TimeoutError(f"{self.where} waited{waiting}; gave up after {waited:.1f} s")
+        return TimeoutError(f"{self.where} waited{_for(peers)}; gave up after {waited:.1f} s",
+                            step=getattr(self.where, "step", None), peers=peers, waited=waited)
+
+
+def _for(peers) -> str:
+    """`` for rank 3`` or `` for ranks 0, 3`` (nothing for no peers)."""
+    return f" for rank{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}" \
+        if peers else ""
 
 
 class Run:
@@ -207,16 +212,15 @@ class Run:
     def stalled(self, waited: float | None) -> TimeoutError:
         """The error of a wait on this run that ran past its deadline (``waited``: seconds
         this wait took; None: the call's own deadline passed while it was advanced)."""
-        where = "before its first step"
+        where, step, peers = "before its first step", None, []
         if self.index < len(self.steps):
-            step = self.steps[self.index]
-            peers = step.pending(self.ctx) if self.started else []
-            waiting = (f" for rank{'s' if len(peers) > 1 else ''} "
-                       f"{', '.join(map(str, peers))}" if peers else "")
-            where = f"step {self.index} of {len(self.steps)} waited{waiting}"
+            step = self.index
+            peers = self.steps[step].pending(self.ctx) if self.started else []
+            where = f"step {step} of {len(self.steps)} waited{_for(peers)}"
         after = "its timeout passed" if waited is None else f"gave up after {waited:.1f} s"
         return TimeoutError(f"{self.what}: {where}; {after} (did every rank call it, and with "
-                            f"the same arguments?)")
+                            f"the same arguments?)", step=step, steps=len(self.steps),
+                            peers=peers, waited=waited)
 
 
 def wait_for(test, deadline, stalled) -> None:
@@ -249,8 +253,8 @@ def wait_for(test, deadline, stalled) -> None:
             try:
                 on_stall(now - began)
             except PyarError as e:      # what this wait waited for, for the flight recorder
-                if stalled is not None and getattr(e, "waiting", None) is None:
-                    e.waiting = str(stalled(now - began))
+                if stalled is not None and e.waiting is None:
+                    e.waiting = stalled(now - began)
                 raise
 
 

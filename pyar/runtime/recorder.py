@@ -13,8 +13,8 @@ its calling instruction (the first frame outside pyar's call path; turned
 into file:line only when dumped); ``began``/``ended``
 ``time.perf_counter()`` values (``ended`` None: not complete); ``state`` None
 while it runs or once it is done, else what went wrong (the error, and the
-step, its number of steps, the peers it waited for and how long, read from
-a TimeoutError's message); ``asked`` the call's algorithm argument.
+step, its number of steps, the peers it waited for and how long: the error's
+data, :class:`pyar.PyarError`); ``asked`` the call's algorithm argument.
 
 :func:`dump` writes every live recorder of this process to
 ``PYAR_DUMP_DIR/rank<R>.json`` (one call a line; ``R`` the rank in
@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import signal
 import socket
 import sys
@@ -142,8 +141,6 @@ _current = [None]           # the record :func:`enter` made last (a call that fa
                             # its run exists is marked through it)
 
 
-_STEP = re.compile(r"step (\d+)(?: of (\d+))? waited(?: for ranks? ([\d, ]+))?")
-_AFTER = re.compile(r"after ([\d.]+) s")
 
 
 def failed(entry: list | None, error: BaseException, why: str = "error") -> None:
@@ -192,23 +189,20 @@ def _verdict(entry) -> str:
 
 
 def state_of(error: BaseException) -> dict:
-    """What went wrong, for a record: the error, and where a wait gave up (if it says)."""
-    message = str(error)
-    state = {"error": type(error).__name__, "message": message}
+    """What went wrong, for a record: the error, and where a wait gave up, from the error's
+    data (:class:`pyar.PyarError`): for a call stopped by a peer's failure, where this
+    rank's own wait was."""
+    state = {"error": type(error).__name__, "message": str(error)}
     by = getattr(error, "failed_rank", None)
     if by is not None:              # a peer's failure, noticed in a wait: what it waited for
         state["stopped_by"] = by
-        message = getattr(error, "waiting", None) or ""
-    found = _STEP.search(message)
-    if found:
-        state["step"] = int(found[1])
-        if found[2]:
-            state["steps"] = int(found[2])
-        if found[3]:
-            state["peers"] = [int(p) for p in found[3].replace(" ", "").split(",") if p]
-    after = _AFTER.search(message)
-    if after:
-        state["waited"] = float(after[1])
+        error = error.waiting
+    if isinstance(error, PyarError):
+        for key in ("step", "steps", "waited"):
+            if getattr(error, key) is not None:
+                state[key] = getattr(error, key)
+        if error.peers:
+            state["peers"] = [int(p) for p in error.peers]
     return state
 
 

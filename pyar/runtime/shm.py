@@ -137,7 +137,8 @@ def gave_up(where: str, peer: int):
     """The ``stalled`` of a lean-path wait: the TimeoutError saying ``where`` waited for
     ``peer``, and how long."""
     return lambda waited: TimeoutError(f"{where} waited for rank {peer}; gave up after "
-                                       f"{waited:.1f} s")
+                                       f"{waited:.1f} s", step=getattr(where, "step", None),
+                                       peers=(peer,), waited=waited)
 
 
 def cores_of(node: MPI.Comm) -> int:

@@ -106,6 +106,7 @@ def test_every_builtin_algorithm_has_a_closed_form():
     assert set(CLASSIC) <= {name for _, name in CLOSED_FORMS}
     assert all(a.cost is not None for a in BUILTINS)
     assert [(a.collective, a.name) for a in BUILTINS if not a.auto] == [
+        ("allreduce", "swing_bandwidth"), ("allreduce", "swing_latency"),
         ("allreduce", "two_shot")]
     assert [(a.collective, a.name) for a in BUILTINS if not a.exact] == [
         ("allreduce", "double_binary_tree"), ("allreduce", "two_shot")]

@@ -106,10 +106,12 @@ def test_every_builtin_algorithm_has_a_closed_form():
     assert set(CLASSIC) <= {name for _, name in CLOSED_FORMS}
     assert all(a.cost is not None for a in BUILTINS)
     assert [(a.collective, a.name) for a in BUILTINS if not a.auto] == [
-        ("allreduce", "swing_bandwidth"), ("allreduce", "swing_latency"),
-        ("allreduce", "two_shot")]
+        ("allreduce", "bine"), ("allreduce", "swing_bandwidth"), ("allreduce", "swing_latency"),
+        ("allreduce", "two_shot"), ("reduce_scatter", "bine"), ("allgather", "bine"),
+        ("reduce", "bine"), ("bcast", "bine")]
     assert [(a.collective, a.name) for a in BUILTINS if not a.exact] == [
-        ("allreduce", "double_binary_tree"), ("allreduce", "two_shot")]
+        ("allreduce", "bine"), ("allreduce", "double_binary_tree"), ("allreduce", "two_shot"),
+        ("reduce_scatter", "bine"), ("allgather", "bine")]
     assert [(a.collective, a.name) for a in BUILTINS if a.topology_aware] == [
         ("allreduce", "hierarchical")]
 

@@ -11,7 +11,7 @@ def test_info_names_versions_library_and_algorithms():
     out = proc.stdout
     assert out.startswith("pyar ")
     for needle in ("numpy ", "mpi4py ", "MPI library: ", "MPI standard: ",
-                   "allreduce algorithms: binomial, double_binary_tree, hierarchical, naive, ",
+                   "allreduce algorithms: bine, binomial, double_binary_tree, hierarchical, ",
                    "alltoall algorithms: linear, pairwise, mpi"):
         assert needle in out, out
 

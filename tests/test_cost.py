@@ -104,9 +104,14 @@ SLOW_LINK = cost.Params(alpha=1e-9, beta=1e-6, gamma={"float32": 3e-6}, delta=5e
 
 def test_every_builtin_algorithm_has_a_closed_form():
     assert set(CLASSIC) <= {name for _, name in CLOSED_FORMS}
-    assert all(a.cost is not None and a.auto for a in BUILTINS)
+    assert all(a.cost is not None for a in BUILTINS)
+    assert [(a.collective, a.name) for a in BUILTINS if not a.auto] == [
+        ("allreduce", "bine"), ("allreduce", "swing_bandwidth"), ("allreduce", "swing_latency"),
+        ("allreduce", "two_shot"), ("reduce_scatter", "bine"), ("allgather", "bine"),
+        ("reduce", "bine"), ("bcast", "bine")]
     assert [(a.collective, a.name) for a in BUILTINS if not a.exact] == [
-        ("allreduce", "double_binary_tree")]
+        ("allreduce", "bine"), ("allreduce", "double_binary_tree"), ("allreduce", "two_shot"),
+        ("reduce_scatter", "bine"), ("allgather", "bine")]
     assert [(a.collective, a.name) for a in BUILTINS if a.topology_aware] == [
         ("allreduce", "hierarchical")]
 

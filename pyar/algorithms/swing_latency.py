@@ -1,0 +1,51 @@
+"""Swing allreduce, latency-optimal: log2(N) exchanges of the whole buffer with Swing's peers.
+
+In step s rank r swaps everything with ``r + rho(s)`` (r even) or ``r - rho(s)``
+(r odd), ``rho = 1, -1, 3, -5, 11, ...``, and folds in what it receives
+(De Sensi et al., "Swing: Short-cutting Rings for Higher Bandwidth
+Allreduce", NSDI 2024; peers in ``_swing``). Like recursive doubling, but on a
+1-D torus a peer is at most ``(2^(s+1) + 1)/3`` links away instead of
+``2^s``, so fewer messages share a link. The steps run farthest peer first
+(the paper's order reversed): then they form a butterfly, every rank adds
+the same partial sums in the same tree, and every rank ends with the same
+bits; in the paper's order (nearest first) ranks 0 and 1 of 8 add different
+pairs, which is correct but differs in the last bit between ranks. Other
+rank counts fold onto the power of two below as the authors' library does
+(``_swing``): rank ``P+i`` hands its data to rank ``P+i-E`` (``N = P + E``)
+and gets the result back.
+
+Steps: ``log2 P`` (+2 on the ``2E`` folded ranks). Bytes sent per rank:
+``log2(P) * M`` (+ ``M``). Cost: ``log2 N * (alpha + M*beta + M*gamma)`` for a
+power of two, plus ``2 alpha + 2M beta + M gamma`` otherwise: recursive
+doubling's; :mod:`pyar.cost` has no link distances, so it predicts no gain.
+Limits: any ``N >= 1``; one dimension (pyar's topology has nodes, not torus
+dimensions, so the paper's multi-dimensional variant is not built).
+
+::
+
+    N = 8, farthest first:
+    step 0 (rho(2) = 3):   0◄►3  2◄►5  4◄►7  6◄►1
+    step 1 (rho(1) = -1):  0◄►7  2◄►1  4◄►3  6◄►5
+    step 2 (rho(0) = 1):   0◄►1  2◄►3  4◄►5  6◄►7
+"""
+
+from ..core.schedule import Chunk, Recv, Send, compact
+from . import _terms, register_algorithm
+from ._swing import fold, peer
+
+
+@register_algorithm("swing_latency",
+                    cost=lambda n, count, m, topology: _terms.fold(
+                        n, m, lambda p, k: _terms.Terms(k, k * m, k * m, k)))
+def swing_latency(rank, size, count, topology=None):
+    if size == 1 or count == 0:
+        return []
+    everything = Chunk("data", 0, count)
+    f = fold(rank, size, everything)
+    exchanges = []
+    if f.newrank >= 0:
+        steps = f.pof2.bit_length() - 1
+        for s in reversed(range(steps)):
+            other = peer(f.newrank, s, f.pof2)
+            exchanges.append([Send(other, everything), Recv(other, everything, reduce=True)])
+    return compact([*f.before, *exchanges, *f.after])

@@ -178,5 +178,7 @@ def records() -> list[Collective]:
     return list(_records.values())
 
 
-# The built-in collectives register themselves on import.
-from . import allgather, allreduce, alltoall, barrier, bcast, reduce, reduce_scatter  # noqa
+# The built-in collectives register themselves on import, in this order (names() keeps it).
+# isort: off
+from . import allreduce, reduce_scatter, allgather, reduce, bcast, alltoall, barrier  # noqa
+# isort: on

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..core.schedule import Chunk, Recv, Send
+from ..core.schedule import Chunk, Recv, Send, compact
 
 
 class Fold(NamedTuple):
@@ -45,6 +45,13 @@ def fold(rank: int, size: int, before, after, reduce: bool = True) -> Fold:
         return Fold(pof2, rem, -1, [[Send(rank + 1, before)]], [[Recv(rank + 1, after)]])
     return Fold(pof2, rem, rank // 2, [[Recv(rank - 1, before, reduce=reduce)]],
                 [[Send(rank - 1, after)]])
+
+
+def around(f, middle) -> list:
+    """This rank's whole schedule around a power-of-two algorithm: the fold ``f``'s
+    ``before``, then the steps ``middle()`` gives (not called on a folded-away rank), then
+    its ``after``, compacted. ``f`` is a :class:`Fold` or any fold with those fields."""
+    return compact([*f.before, *(middle() if f.newrank >= 0 else ()), *f.after])
 
 
 def pair_block(rank: int, edges: list[int]):

@@ -36,10 +36,10 @@ and up to two blocks). Limits: any ``N >= 1``.
     step 2 (rho(2) = 3):   0◄►3  2◄►5 ...    all          / all
 """
 
-from ..core.schedule import Chunk, Recv, Send, bounds, compact
+from ..core.schedule import Chunk, Recv, Send, bounds
 from . import _terms, register_algorithm
 from ._bine import ranges, starts
-from ._pof2 import fold, pair_block
+from ._pof2 import around, fold, pair_block
 from ._swing import peer
 
 
@@ -98,10 +98,8 @@ def bine_reduce_scatter(rank, size, count, topology=None):
         return []
     edges = bounds(count, size)
     f = fold(rank, size, Chunk("data", 0, count), pair_block(rank, edges))
-    middle = []
-    if f.newrank >= 0:
-        middle = reduce_scatter_butterfly(f.newrank, f.pof2, f.bounds(edges), f.real)
-    return compact([*f.before, *middle, *f.after])
+    return around(f, lambda: reduce_scatter_butterfly(f.newrank, f.pof2, f.bounds(edges),
+                                                      f.real))
 
 
 @register_algorithm("bine", collective="allgather", exact=False, cost=_doubling_cost)
@@ -110,10 +108,7 @@ def bine_allgather(rank, size, count, topology=None):
         return []
     edges = bounds(count, size)
     f = fold(rank, size, pair_block(rank, edges), Chunk("data", 0, count), reduce=False)
-    middle = []
-    if f.newrank >= 0:
-        middle = allgather_butterfly(f.newrank, f.pof2, f.bounds(edges), f.real)
-    return compact([*f.before, *middle, *f.after])
+    return around(f, lambda: allgather_butterfly(f.newrank, f.pof2, f.bounds(edges), f.real))
 
 
 @register_algorithm("bine", exact=False, cost=_allreduce_cost)
@@ -122,9 +117,6 @@ def bine_allreduce(rank, size, count, topology=None):
         return []
     everything = Chunk("data", 0, count)
     f = fold(rank, size, everything, everything)
-    middle = []
-    if f.newrank >= 0:
-        edges = bounds(count, f.pof2)
-        middle = [*reduce_scatter_butterfly(f.newrank, f.pof2, edges, f.real),
-                  *allgather_butterfly(f.newrank, f.pof2, edges, f.real)]
-    return compact([*f.before, *middle, *f.after])
+    edges = bounds(count, f.pof2)
+    return around(f, lambda: [*reduce_scatter_butterfly(f.newrank, f.pof2, edges, f.real),
+                              *allgather_butterfly(f.newrank, f.pof2, edges, f.real)])

@@ -20,9 +20,9 @@ of two: ring's bandwidth with tree latency. Limits: any ``N >= 1``.
     0 ◄─► 1        2 ◄─► 3          0 ◄─────► 2    1 ◄─────► 3
 """
 
-from ..core.schedule import Chunk, bounds, compact
+from ..core.schedule import Chunk, bounds
 from . import _terms, register_algorithm
-from ._pof2 import fold
+from ._pof2 import around, fold
 from .recursive_doubling import allgather_doubling
 from .recursive_halving import reduce_scatter_halving
 
@@ -35,9 +35,6 @@ def rabenseifner(rank, size, count, topology=None):
         return []
     everything = Chunk("data", 0, count)
     f = fold(rank, size, everything, everything)
-    middle = []
-    if f.newrank >= 0:
-        edges = bounds(count, f.pof2)
-        middle = [*reduce_scatter_halving(f.newrank, f.pof2, edges, f.real),
-                  *allgather_doubling(f.newrank, f.pof2, edges, f.real)]
-    return compact([*f.before, *middle, *f.after])
+    edges = bounds(count, f.pof2)
+    return around(f, lambda: [*reduce_scatter_halving(f.newrank, f.pof2, edges, f.real),
+                              *allgather_doubling(f.newrank, f.pof2, edges, f.real)])

@@ -22,9 +22,9 @@ Limits: any ``N >= 1``.
                   1 ◄─────► 3
 """
 
-from ..core.schedule import Chunk, Recv, Send, bounds, compact
+from ..core.schedule import Chunk, Recv, Send, bounds
 from . import _terms, register_algorithm
-from ._pof2 import fold, pair_block
+from ._pof2 import around, fold, pair_block
 
 
 def allgather_doubling(newrank, pof2, edges, real):
@@ -48,14 +48,14 @@ def recursive_doubling(rank, size, count, topology=None):
         return []
     everything = Chunk("data", 0, count)
     f = fold(rank, size, everything, everything)
-    exchanges = []
-    if f.newrank >= 0:
+
+    def exchanges():
         mask = 1
         while mask < f.pof2:
             peer = f.real(f.newrank ^ mask)
-            exchanges.append([Send(peer, everything), Recv(peer, everything, reduce=True)])
+            yield [Send(peer, everything), Recv(peer, everything, reduce=True)]
             mask <<= 1
-    return compact([*f.before, *exchanges, *f.after])
+    return around(f, exchanges)
 
 
 @register_algorithm("recursive_doubling", collective="allgather", auto=True,
@@ -66,7 +66,4 @@ def recursive_doubling_allgather(rank, size, count, topology=None):
         return []
     edges = bounds(count, size)
     f = fold(rank, size, pair_block(rank, edges), Chunk("data", 0, count), reduce=False)
-    middle = []
-    if f.newrank >= 0:
-        middle = allgather_doubling(f.newrank, f.pof2, f.bounds(edges), f.real)
-    return compact([*f.before, *middle, *f.after])
+    return around(f, lambda: allgather_doubling(f.newrank, f.pof2, f.bounds(edges), f.real))

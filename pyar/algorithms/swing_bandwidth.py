@@ -33,8 +33,9 @@ dimensions, so the paper's multi-dimensional variant is not built).
     step 2: 0◄►3 2◄►5 ... 1 block               step 5: 0◄►1 2◄►3 ... 4 blocks
 """
 
-from ..core.schedule import Chunk, Recv, Send, bounds, compact
+from ..core.schedule import Chunk, Recv, Send, bounds
 from . import _terms, register_algorithm
+from ._pof2 import around
 from ._swing import fold, group, layout, peer
 
 
@@ -58,11 +59,11 @@ def swing_bandwidth(rank, size, count, topology=None):
         return []
     everything = Chunk("data", 0, count)
     f = fold(rank, size, everything)
-    middle = []
-    if f.newrank >= 0:
+
+    def phases():
         halves = list(_halves(f.newrank, f.pof2, bounds(count, f.pof2)))
-        middle = [[Send(other, give), Recv(other, keep, reduce=True)]
-                  for other, keep, give in halves]
-        middle += [[Send(other, keep), Recv(other, give)] for other, keep, give in
-                   reversed(halves)]
-    return compact([*f.before, *middle, *f.after])
+        yield from ([Send(other, give), Recv(other, keep, reduce=True)]     # reduce-scatter
+                    for other, keep, give in halves)
+        yield from ([Send(other, keep), Recv(other, give)]                  # allgather
+                    for other, keep, give in reversed(halves))
+    return around(f, phases)

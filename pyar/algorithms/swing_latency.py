@@ -29,8 +29,9 @@ dimensions, so the paper's multi-dimensional variant is not built).
     step 2 (rho(0) = 1):   0◄►1  2◄►3  4◄►5  6◄►7
 """
 
-from ..core.schedule import Chunk, Recv, Send, compact
+from ..core.schedule import Chunk, Recv, Send
 from . import _terms, register_algorithm
+from ._pof2 import around
 from ._swing import fold, peer
 
 
@@ -42,10 +43,9 @@ def swing_latency(rank, size, count, topology=None):
         return []
     everything = Chunk("data", 0, count)
     f = fold(rank, size, everything)
-    exchanges = []
-    if f.newrank >= 0:
-        steps = f.pof2.bit_length() - 1
-        for s in reversed(range(steps)):
+
+    def exchanges():            # the farthest peer first (see the module docstring)
+        for s in reversed(range(f.pof2.bit_length() - 1)):
             other = peer(f.newrank, s, f.pof2)
-            exchanges.append([Send(other, everything), Recv(other, everything, reduce=True)])
-    return compact([*f.before, *exchanges, *f.after])
+            yield [Send(other, everything), Recv(other, everything, reduce=True)]
+    return around(f, exchanges)

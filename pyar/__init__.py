@@ -8,9 +8,11 @@ The package is layered (``docs/architecture.md``): ``kernels`` < ``core`` < ``co
 __version__ = "0.1.0"
 
 from .algorithms import algorithms, register_algorithm
-from .api import (allgather, allreduce, alltoall, barrier, bcast, collective, iallgather,
-                  iallreduce, ialltoall, ibarrier, ibcast, ireduce, ireduce_scatter, reduce,
-                  reduce_scatter, schedule, simulate)
+from .api import (Persistent, allgather, allgather_init, allreduce, allreduce_init, alltoall,
+                  alltoall_init, barrier, barrier_init, bcast, bcast_init, collective,
+                  iallgather, iallreduce, ialltoall, ibarrier, ibcast, ireduce,
+                  ireduce_scatter, reduce, reduce_init, reduce_scatter, reduce_scatter_init,
+                  schedule, simulate, start_all)
 from .collectives import Collective, register_collective
 from .core.errors import MismatchError, PyarError, ScheduleError, TimeoutError
 from .core.ops import Op
@@ -26,10 +28,11 @@ from .runtime.recorder import dump
 _progress.from_environment()        # PYAR_PROGRESS_THREAD=1: the thread starts now
 
 __all__ = [
-    "Collective", "Comm", "GradientBuckets", "MismatchError", "Op", "Progress", "PyarError",
-    "Request", "ScheduleError", "TimeoutError", "Topology", "algorithms", "allgather",
-    "allreduce", "alltoall", "barrier", "bcast", "collective", "compression", "dump",
+    "Collective", "Comm", "GradientBuckets", "MismatchError", "Op", "Persistent", "Progress",
+    "PyarError", "Request", "ScheduleError", "TimeoutError", "Topology", "algorithms",
+    "allgather", "allgather_init", "allreduce", "allreduce_init", "alltoall", "alltoall_init",
+    "barrier", "barrier_init", "bcast", "bcast_init", "collective", "compression", "dump",
     "iallgather", "iallreduce", "ialltoall", "ibarrier", "ibcast", "ireduce", "ireduce_scatter",
-    "reduce", "reduce_scatter", "register_algorithm", "register_collective", "schedule",
-    "simulate", "test_any", "wait_all",
+    "reduce", "reduce_init", "reduce_scatter", "reduce_scatter_init", "register_algorithm",
+    "register_collective", "schedule", "simulate", "start_all", "test_any", "wait_all",
 ]

@@ -106,7 +106,7 @@ def test_comm_is_cached_on_the_communicator():
 
 def test_a_repeated_call_sees_a_re_registered_algorithm_and_pyar_algo(scratch_registry,
                                                                       monkeypatch):
-    """Repeated signatures skip the checks (pyar.api._Repeat), but never a change of builder or
+    """Repeated signatures run their cached requests, but never across a change of builder or
     of PYAR_ALGO."""
     from mpi4py import MPI
     x = np.arange(5.0)
@@ -131,26 +131,21 @@ def test_a_repeated_call_sees_a_re_registered_algorithm_and_pyar_algo(scratch_re
         pyar.allreduce(x, comm=MPI.COMM_SELF)
 
 
-def test_the_last_signature_skips_the_lookup_but_no_check():
-    """A call repeating the last signature found skips the dict lookup (pyar.api._last: identity
-    checks), never what could differ: shape, dtype, op, comm, and an out reshaped or retyped
-    in place since it was bound."""
+def test_a_repeated_signature_still_checks_what_may_differ():
+    """A repeated signature runs its cached request (pyar.runtime.persistent.call), never
+    skipping what could differ: shape, dtype, op, and an out reshaped or retyped in place
+    since it was bound."""
     from mpi4py import MPI
-    from pyar import api
     x = np.arange(6.0)
     for _ in range(3):
         assert np.array_equal(pyar.allreduce(x, comm=MPI.COMM_SELF), x)
-    assert api._last.shape == (6,) and api._last.dtype is x.dtype
-    for _ in range(2):          # the first call is checked and remembered, the second found
+    for _ in range(2):
         reshaped = pyar.allreduce(x.reshape(2, 3), comm=MPI.COMM_SELF)
         assert reshaped.shape == (2, 3)
-    assert api._last.shape == (2, 3)
     for _ in range(2):
         assert pyar.allreduce(x.astype(np.float32), comm=MPI.COMM_SELF).dtype == np.float32
-    assert api._last.dtype == np.float32
     for _ in range(2):
         assert pyar.allreduce(x, op="max", comm=MPI.COMM_SELF).tolist() == x.tolist()
-    assert api._last.op == "max"
     out = np.zeros(6)
     for _ in range(3):          # the second call binds the plan to out's own memory
         assert pyar.allreduce(x, out, comm=MPI.COMM_SELF) is out and np.array_equal(out, x)

@@ -109,6 +109,32 @@ def test_bench_drives_every_collective(tmp_path):
         assert report["summary"]["wrong"] == 0
 
 
+@pytest.mark.parametrize("collective, algorithm", [("allreduce", "ring"), ("reduce", "binomial"),
+                                                   ("bcast", "binomial")])
+def test_bench_persistent_rows_and_the_faster_library_call(collective, algorithm, tmp_path):
+    """--persistent adds the MPI library's persistent collective (mpi_init) and pyar's
+    (NAME_init) rows, all checked; every ratio is against the faster of the library's
+    blocking and persistent call."""
+    out = tmp_path / "bench.json"
+    proc = run(2, "-m", "pyar", "bench", "--collective", collective, "-b", "8", "-e", "2M",
+               "-f", "512", "-n", "3", "-w", "1", "-a", f"{algorithm},auto", "--persistent",
+               "--json", str(out), timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    report = json.loads(out.read_text())
+    names = ["mpi", "mpi_init", algorithm, "auto", f"{algorithm}_init", "auto_init"]
+    assert report["config"]["algorithms"] == names
+    rows = report["rows"]
+    assert [r["algorithm"] for r in rows] == names * 3
+    for size in (8, 4096, 1 << 21):
+        mine = {r["algorithm"]: r for r in rows if r["size"] == size}
+        for variant in mine["mpi"]["vs_mpi"]:
+            best = min(mine["mpi"][variant]["time_us"], mine["mpi_init"][variant]["time_us"])
+            for row in mine.values():
+                assert row[variant]["wrong"] == 0, row
+                assert row["vs_mpi"][variant] == pytest.approx(row[variant]["time_us"] / best)
+        assert mine["auto_init"]["vs_best"] is None and mine["auto"]["vs_best"] is not None
+
+
 def test_bench_without_torch_says_so():
     proc = run(2, "tests/bench_driver.py", "no_torch", "--", "-e", "8", "--peer", "gloo",
                timeout=100)

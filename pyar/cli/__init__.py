@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collective", default="allreduce",
                    help="allreduce, reduce_scatter, allgather, reduce, bcast or alltoall "
                         "(default allreduce)")
+    p.add_argument("--persistent", action="store_true",
+                   help="also time the persistent forms: the MPI library's (MPI-4 "
+                        "comm.Allreduce_init ...) beside its blocking call, and pyar's "
+                        "(pyar.allreduce_init ...) as NAME_init rows; the ratio columns are "
+                        "then against the faster of the library's two")
     p.add_argument("--peer", choices=["gloo"], default=None,
                    help="also time torch.distributed's gloo (needs torch)")
     p.add_argument("--json", metavar="FILE", help="write the configuration and every row")

@@ -54,6 +54,8 @@ BATCHES = 16              # timed batches per implementation and size, interleav
 OUT_OF_PLACE, IN_PLACE = "out_of_place", "in_place"
 VARIANTS = (OUT_OF_PLACE, IN_PLACE)
 GLOO = "gloo"
+INIT = "_init"              # the persistent form's rows: NAME_init
+LIBRARY_INIT = LIBRARY + INIT
 
 
 def parse_size(text: str) -> int:
@@ -171,6 +173,52 @@ def _pyar_call(record: Collective, algorithm: str, comm, op):
     if not record.out_of_place:                 # bcast: in place by definition, no out
         return lambda x, out: functools.partial(function, x, **kwargs)
     return lambda x, out: functools.partial(function, x, out, **kwargs)
+
+
+def _persistent_call(record: Collective, algorithm: str, comm, op):
+    """``call(x, out)`` -> a no-argument callable that starts pyar's persistent request on those
+    buffers (``pyar.allreduce_init`` ..., made once, collectively) and waits for it."""
+    init = getattr(api, f"{record.name}_init")
+    given = {"algorithm": algorithm, "comm": comm}
+    if record.reduces:
+        given["op"] = op
+    if record.rooted:
+        given["root"] = ROOT
+
+    def call(x, out):
+        request = init(x, **given) if not record.out_of_place else init(x, out, **given)
+        start, wait = request.start, request.wait
+
+        def run():
+            start()
+            return wait()
+        return run
+    return call
+
+
+def _library_persistent_call(record: Collective, comm: Comm, op):
+    """``call(x, out)`` -> the MPI library's own persistent collective (MPI-4,
+    ``comm.Allreduce_init`` ...) on those buffers, made once: a no-argument callable that
+    starts it and waits for it (then avg's division, as :func:`_library`)."""
+    m = comm.mpi
+    widened = _persistent_call(record, LIBRARY, comm, op)
+
+    def call(x, out):
+        if record.reduces and x.dtype in ops.HALF:
+            return widened(x, out)
+        request = library_call(record, m, x, out, op.reduction if record.reduces else None,
+                               ROOT, "init")()
+        start, wait = request.Start, request.Wait
+        average = record.reduces and op is ops.Op.AVG and (not record.rooted or
+                                                            m.rank == ROOT)
+
+        def run():
+            start()
+            wait()
+            if average:
+                np.divide(out, m.size, out=out)
+        return run
+    return call
 
 
 def _library_call(record: Collective, comm: Comm, op):
@@ -331,8 +379,8 @@ def _check(m: MPI.Comm, record: Collective, oracle: _Oracle, impls, runs, x, out
         if out is not x:
             out.view(np.uint8).fill(0xA5)
         result = run()
-        wrong[i] = _count_wrong(record, oracle, out if impl.name == LIBRARY else result, op,
-                                m.size)
+        wrong[i] = _count_wrong(record, oracle, out if impl.name in (LIBRARY, LIBRARY_INIT)
+                                else result, op, m.size)
     m.Allreduce(MPI.IN_PLACE, wrong, MPI.SUM)
     return wrong.tolist()
 
@@ -360,11 +408,14 @@ def _auto_choice(record: Collective, c: Comm, x: np.ndarray) -> str:
 
 def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, iters=None,
         warmup=None, check=1, algos="all,auto", dtype="float32", op="sum", peer=None,
-        file=sys.stdout, comm=None) -> dict:
+        persistent=False, file=sys.stdout, comm=None) -> dict:
     """Benchmark, printing on rank 0; returns the report (config, rows, summary) on every rank.
 
     ``iters`` and ``warmup`` None choose by size (:func:`default_iters`,
-    :func:`default_warmup`). ValueError/TypeError for bad arguments, before any timing.
+    :func:`default_warmup`). ``persistent``: also the persistent forms, the MPI library's
+    (``mpi_init``) and pyar's (``NAME_init``), and the ratios against the faster of the
+    library's blocking and persistent calls. ValueError/TypeError for bad arguments,
+    before any timing.
     """
     c = Comm.of(comm)
     m, size = c.mpi, c.size
@@ -385,9 +436,16 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
     for name in names:
         if name != AUTO:
             check_name(name, collective)
+    persistent = persistent and callable(getattr(api, f"{record.name}_init", None))
     impls = [Implementation(LIBRARY, _library_call(record, c, op), rows_of)]
+    if persistent:
+        impls.append(Implementation(LIBRARY_INIT, _library_persistent_call(record, c, op),
+                                    rows_of))
     impls += [Implementation(n, _pyar_call(record, n, comm, op), rows_of)
               for n in names]
+    if persistent:
+        impls += [Implementation(f"{n}{INIT}", _persistent_call(record, n, comm, op), rows_of)
+                  for n in names]
     if peer == GLOO:
         impls.append(Implementation(GLOO, gloo_peer(c, collective, dtype, op), (IN_PLACE,)))
 
@@ -436,6 +494,9 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
             for impl, t, w in zip(active, seconds, wrong):
                 found[impl.name][variant] = _measure(t, span, record.factor(size), w)
         best = min((found[n][primary]["time_us"] for n in pyar_names), default=None)
+        libraries = [n for n in (LIBRARY, LIBRARY_INIT) if n in found]
+        baseline = {v: min(found[n][v]["time_us"] for n in libraries)
+                    for v in found[LIBRARY]}     # the faster of the library's calls
         for impl in impls:
             mine = found[impl.name]
             main = mine.get(primary) or mine[IN_PLACE]
@@ -445,10 +506,10 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
                 chosen=_auto_choice(record, c, pristine) if impl.name == AUTO else None,
                 iters=n_iters, warmup=n_warmup,
                 out_of_place=mine.get(OUT_OF_PLACE), in_place=mine.get(IN_PLACE),
-                vs_mpi={v: mine[v]["time_us"] / found[LIBRARY][v]["time_us"]
-                        for v in mine if v in found[LIBRARY]},
+                vs_mpi={v: mine[v]["time_us"] / baseline[v] for v in mine if v in baseline},
                 vs_best=(main["time_us"] / best
-                         if best and impl.name not in (LIBRARY, GLOO) else None))
+                         if best and impl.name not in (LIBRARY, LIBRARY_INIT, GLOO)
+                         and not impl.name.endswith(INIT) else None))
             rows.append(row)
             say(_format_row(row))
     summary = _summary(rows, check)
@@ -515,8 +576,8 @@ def _summary(rows: list[dict], check: int) -> dict:
         for variant in VARIANTS:
             if row[variant] is not None:
                 busbw.setdefault(row["algorithm"], []).append(row[variant]["busbw"])
-    pyar_values = [v for name, values in busbw.items() if name not in (LIBRARY, GLOO)
-                   for v in values]
+    pyar_values = [v for name, values in busbw.items()
+                   if name not in (LIBRARY, LIBRARY_INIT, GLOO) for v in values]
     regret = [{"size": row["size"], "chosen": row["chosen"], "regret": row["vs_best"]}
               for row in rows if row["algorithm"] == AUTO and row["vs_best"] is not None]
     return {
@@ -620,7 +681,7 @@ def main(args) -> int:
     report = run(collective=args.collective, minbytes=args.minbytes, maxbytes=args.maxbytes,
                  stepfactor=args.stepfactor, iters=args.iters, warmup=args.warmup,
                  check=args.check, algos=args.algo, dtype=args.dtype, op=args.op,
-                 peer=args.peer)
+                 peer=args.peer, persistent=args.persistent)
     if MPI.COMM_WORLD.Get_rank() == 0:
         if args.json:
             write_json(report, args.json)

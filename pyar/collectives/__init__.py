@@ -41,12 +41,17 @@ from ..core.schedule import split
 
 class Work(NamedTuple):
     """A call's buffers: ``data`` (1-D, contiguous: what the schedule runs on), ``reduced`` (the
-    part of data holding this rank's reduced result, where ``avg`` divides; None if none) and
-    ``finish()``, which returns the collective's result once the schedule has run."""
+    part of data holding this rank's reduced result, where ``avg`` divides; None if none),
+    ``finish()``, which returns the collective's result once the schedule has run, and
+    ``load()``, which puts x's contents in data again for another run on the same buffers
+    (a persistent request's start; None where data is x's own memory or holds nothing of
+    it). A record whose data is a copy of x but gives no ``load`` has no persistent form;
+    its blocking calls prepare their buffers anew each call."""
 
     data: np.ndarray
     reduced: np.ndarray | None
     finish: Callable
+    load: Callable | None = None
 
 
 def block(count: int, size: int, rank: int) -> slice:
@@ -111,7 +116,7 @@ class Collective:
         new array, ``x`` in place, else an array of the result's shape and dtype); with
         ``copy`` False, data need not hold x (the plan's out-of-place variant reads x)."""
         work = buffers.prepare(x, out, copy)
-        return Work(work.data, work.data, work.finish)
+        return Work(work.data, work.data, work.finish, work.load)
 
     def library(self, comm, x, out, reduction, root: int, start: bool = False):
         """The MPI library's own collective from ``x`` into ``out`` (contiguous arrays of the

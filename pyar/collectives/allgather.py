@@ -44,13 +44,14 @@ class Allgather(Collective):
             buffers.check_out(out, shape, x.dtype, "the gathered")
         direct = out.flags.c_contiguous
         data = out.reshape(-1) if direct else np.empty(out.size, x.dtype)
-        data[block(data.size, size, rank)] = x.reshape(-1)
+        load = buffers.loader(data[block(data.size, size, rank)], x)
+        load()
 
         def finish():
             if not direct:
                 out[...] = data.reshape(shape)
             return out
-        return Work(data, None, finish)
+        return Work(data, None, finish, load)
 
     def library_buffers(self, x, work, rank, root):
         return x.reshape(-1) if x.flags.c_contiguous else x.copy().reshape(-1), work.data, None

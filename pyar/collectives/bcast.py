@@ -19,7 +19,7 @@ class Bcast(Collective):
         if not x.flags.writeable:
             raise ValueError("x is read-only; bcast writes the root's data into it")
         work = buffers.prepare(x, x)
-        return Work(work.data, None, work.finish)
+        return Work(work.data, None, work.finish, work.load)
 
     def expected(self, inputs, rank, root, op):
         return np.asarray(inputs[root]), None

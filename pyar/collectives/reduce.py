@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ..core import buffers
 from . import Collective, Work, register_collective
 from .reference import magnitude, reference
 
@@ -24,10 +25,9 @@ class Reduce(Collective):
         if rank == root:
             return super().prepare(x, out, rank, size, root)
         if out is x and x.flags.c_contiguous and x.flags.writeable:
-            data = x.reshape(-1)
-        else:
-            data = np.array(x, order="C").reshape(-1)
-        return Work(data, None, lambda: None)
+            return Work(x.reshape(-1), None, _nothing)
+        data = np.array(x, order="C").reshape(-1)
+        return Work(data, None, _nothing, buffers.loader(data, x))
 
     def library_buffers(self, x, work, rank, root):
         return work.data, work.data if rank == root else None, None
@@ -36,6 +36,10 @@ class Reduce(Collective):
         if rank != root:
             return None, None
         return reference(inputs, op), magnitude(inputs, op)
+
+
+def _nothing():
+    return None
 
 
 REDUCE = register_collective(Reduce())

@@ -42,13 +42,14 @@ class ReduceScatter(Collective):
             data = x.reshape(-1)
             return Work(data, data[mine], lambda: data[mine])
         data = np.array(x, order="C").reshape(-1)
+        load = buffers.loader(data, x)
 
         def finish():
             if out is None or out is x:
                 return data[mine].copy()    # not a view that keeps all of data alive
             out[...] = data[mine]
             return out
-        return Work(data, data[mine], finish)
+        return Work(data, data[mine], finish, load)
 
     def library_buffers(self, x, work, rank, root):
         mine = work.reduced

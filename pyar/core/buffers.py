@@ -9,7 +9,8 @@ are copied, never mis-read.
 from __future__ import annotations
 
 import sys
-from typing import NamedTuple
+from functools import partial
+from typing import Callable, NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -21,6 +22,7 @@ class Work(NamedTuple):
     data: np.ndarray               # 1-D, C-contiguous: what the schedule runs on
     result: np.ndarray             # what the collective returns
     writeback: np.ndarray | None   # where ``data`` must be copied at the end, if anywhere
+    load: Callable | None = None   # copies x into ``data`` again (None: data is x's memory)
 
     def finish(self) -> np.ndarray:
         if self.writeback is not None:
@@ -87,18 +89,29 @@ def prepare(x: np.ndarray, out, copy: bool = True) -> Work:
     (then, where it is not x itself, its contents are undefined)."""
     if out is None:
         result = np.array(x, order="C") if copy else np.empty(x.shape, x.dtype)
-        return Work(result.reshape(-1), result, None)
+        return Work(result.reshape(-1), result, None, loader(result, x) if copy else None)
     if out is not x:
         check_out(out, x.shape, x.dtype)
     elif not x.flags.writeable:
         raise ValueError("x is read-only, so the result cannot be written into it (out=x, in "
                          "place); pass a writeable x, or out=None for a new array")
     if out.flags.c_contiguous:
-        if out is not x and copy:
-            np.copyto(out, x)
-        return Work(out.reshape(-1), out, None)
+        if out is x or not copy:
+            return Work(out.reshape(-1), out, None)
+        np.copyto(out, x)
+        return Work(out.reshape(-1), out, None, loader(out, x))
     data = np.array(x, order="C") if copy else np.empty(x.shape, x.dtype)
-    return Work(data.reshape(-1), out, out)
+    return Work(data.reshape(-1), out, out, loader(data, x) if copy else None)
+
+
+def loader(dst: np.ndarray, src: np.ndarray) -> Callable:
+    """``load()``: ``dst[...] = src`` (one shape, or ``src`` flattened into 1-D ``dst``), bound
+    now; a byte copy between memoryviews where both are C-contiguous (a fifth of numpy's
+    time for small arrays)."""
+    if dst.flags.c_contiguous and src.flags.c_contiguous and dst.nbytes == src.nbytes:
+        return partial(memoryview(dst.reshape(-1).view(np.uint8)).__setitem__, slice(None),
+                       memoryview(src.reshape(-1).view(np.uint8)))
+    return partial(np.copyto, dst, src.reshape(dst.shape))
 
 
 def apart(x: np.ndarray, out) -> bool:

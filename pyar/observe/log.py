@@ -98,7 +98,7 @@ def comm_made(c) -> None:
                   f"{'s' if nodes != 1 else ''}; shared-memory mailboxes: {shm}; CUDA-aware "
                   f"MPI: {'yes' if aware.aware else 'no'} ({aware.reason}); tuning: "
                   f"{tuner.source()}; timeout: {s.timeout or 'none'}; flight recorder: "
-                  f"{0 if c.recorder is None else c.recorder.calls.maxlen} calls")
+                  f"{0 if c.recorder is None else len(c.recorder.slots)} calls")
     if not _listening[0] and (loggers["COLL"].isEnabledFor(logging.INFO)
                               or loggers["P2P"].isEnabledFor(TRACE)):
         _listening[0] = True
@@ -127,6 +127,8 @@ def peers_and_bytes(step, ctx) -> tuple[list[int], int, int]:
         received += sum(box[-1] for box in step.boxes)
         peers.update(step.peers)
         received += sum(check[1] for check in step.checks)
+    elif hasattr(step, "traffic"):  # a native program's rows
+        return step.traffic()
     return sorted(peers), sent, received
 
 

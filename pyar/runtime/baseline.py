@@ -29,6 +29,7 @@ from ..collectives.barrier import Barrier
 from ..collectives.bcast import Bcast
 from ..collectives.reduce import Reduce
 from ..collectives.reduce_scatter import ReduceScatter
+from ..core.buffers import loader
 from ..kernels import HALF
 from .progress import Step
 
@@ -51,25 +52,33 @@ def as_bytes(data: np.ndarray):
     return [data, data.nbytes, BYTE]
 
 
+def _form(comm, name: str, start):
+    """The mpi4py call ``name`` (``"Allreduce"``) in its blocking form (``start`` False), its
+    nonblocking one (True: ``Iallreduce``) or its persistent one (``"init"``:
+    ``Allreduce_init``, MPI-4)."""
+    if start == "init":
+        return getattr(comm, f"{name}_init")
+    return getattr(comm, f"I{name[0].lower()}{name[1:]}" if start else name)
+
+
 def _allreduce(comm, x, out, reduction, root, start):
-    return partial(comm.Iallreduce if start else comm.Allreduce,
-                   IN_PLACE if out is x else typed(x), typed(out), library_op(reduction))
+    return partial(_form(comm, "Allreduce", start), IN_PLACE if out is x else typed(x),
+                   typed(out), library_op(reduction))
 
 
 def _reduce_scatter(comm, x, out, reduction, root, start):
     size = comm.Get_size()
     counts = [b.stop - b.start for b in (block(x.size, size, r) for r in range(size))]
-    return partial(comm.Ireduce_scatter if start else comm.Reduce_scatter, typed(x),
-                   typed(out), counts, library_op(reduction))
+    return partial(_form(comm, "Reduce_scatter", start), typed(x), typed(out), counts,
+                   library_op(reduction))
 
 
 def _allgather(comm, x, out, reduction, root, start):
-    return partial(comm.Iallgather if start else comm.Allgather, as_bytes(x),
-                   [out, x.nbytes, BYTE])
+    return partial(_form(comm, "Allgather", start), as_bytes(x), [out, x.nbytes, BYTE])
 
 
 def _reduce(comm, x, out, reduction, root, start):
-    call = comm.Ireduce if start else comm.Reduce
+    call = _form(comm, "Reduce", start)
     if comm.Get_rank() != root:
         return partial(call, typed(x), None, library_op(reduction), root)
     return partial(call, IN_PLACE if out is x else typed(x), typed(out),
@@ -77,49 +86,60 @@ def _reduce(comm, x, out, reduction, root, start):
 
 
 def _bcast(comm, x, out, reduction, root, start):
-    return partial(comm.Ibcast if start else comm.Bcast, as_bytes(x), root)
+    return partial(_form(comm, "Bcast", start), as_bytes(x), root)
 
 
 def _alltoall(comm, x, out, reduction, root, start):
     n = out.nbytes // comm.Get_size()
-    return partial(comm.Ialltoall if start else comm.Alltoall,
+    return partial(_form(comm, "Alltoall", start),
                    IN_PLACE if out is x else [x, n, BYTE], [out, n, BYTE])
 
 
 def _barrier(comm, x, out, reduction, root, start):
-    return comm.Ibarrier if start else comm.Barrier
+    return _form(comm, "Barrier", start)
 
 
 _CALLS = {Allreduce: _allreduce, ReduceScatter: _reduce_scatter, Allgather: _allgather,
           Reduce: _reduce, Bcast: _bcast, Alltoall: _alltoall, Barrier: _barrier}
 
 
+def built_in(record: Collective) -> bool:
+    """Whether ``record``'s MPI call is one of this module's (it has a persistent form)."""
+    return type(record) in _CALLS
+
+
 def library_call(record: Collective, comm: MPI.Comm, x, out, reduction, root: int = 0,
-                 start: bool = False):
+                 start=False):
     """The MPI library's own ``record`` collective from ``x`` into ``out`` (contiguous arrays
     of the collective's input and result shapes; ``out is x``: in place) on mpi4py
-    communicator ``comm``, as a callable of no arguments; with ``start``, calling it
-    starts the nonblocking form and returns its request. A built-in collective's is the
-    bare mpi4py call with its arguments bound; another's, its record's
-    :meth:`~pyar.collectives.Collective.library_call`."""
+    communicator ``comm``, as a callable of no arguments; with ``start`` True, calling it
+    starts the nonblocking form and returns its request; with ``"init"`` (a built-in
+    collective only), it makes the persistent request (MPI-4: collective). A built-in
+    collective's is the bare mpi4py call with its arguments bound; another's, its
+    record's :meth:`~pyar.collectives.Collective.library_call`."""
     call = _CALLS.get(type(record))
     if call is None:
+        if start == "init":
+            raise TypeError(f"collective {record.name!r} has no persistent MPI call")
         return record.library_call(comm, x, out, reduction, root, start)
     return call(comm, x, out, reduction, root, start)
 
 
 class Library(Step):
-    """The MPI library's own collective (algorithm ``mpi``) as one step of a call, always in
-    its nonblocking form (every rank must call the same form, and whether a rank blocks
-    depends on what it has in flight); ``after()``, if given, runs once it is complete."""
+    """The MPI library's own collective (algorithm ``mpi``) as one step of a call, in its
+    nonblocking or persistent form (every rank must call the same form, and whether a rank
+    blocks depends on what it has in flight): ``call()`` starts it and gives its request;
+    ``before()`` and ``after()``, if given, run before it starts and once it is complete."""
 
-    __slots__ = ("call", "after", "request")
+    __slots__ = ("call", "before", "after", "request")
     where = "the MPI library's collective"
 
-    def __init__(self, call, after=None):
-        self.call, self.after, self.request = call, after, None    # call(): its request
+    def __init__(self, call, after=None, before=None):
+        self.call, self.before, self.after, self.request = call, before, after, None
 
     def start(self, ctx):
+        if self.before is not None:
+            self.before()
         self.request = self.call()
 
     def test(self, ctx):
@@ -130,22 +150,49 @@ class Library(Step):
             self.after()
 
 
+class PersistentLibrary(Library):
+    """:class:`Library` in the persistent form: the MPI library's ``MPI_Allreduce_init`` (and
+    siblings') request, made once (collective) and started at each :meth:`start`."""
 
-def library(record: Collective, c, x, work, reduction, root: int) -> Library:
+    __slots__ = ("persistent",)
+
+    def __init__(self, persistent, after=None, before=None):
+        super().__init__(self._start, after, before)
+        self.persistent = persistent
+
+    def _start(self):
+        self.persistent.Start()
+        return self.persistent
+
+    def free(self) -> None:
+        """Free the MPI request (idempotent)."""
+        if self.persistent and not MPI.Is_finalized():
+            self.persistent.Free()
+
+
+def library(record: Collective, c, x, work, reduction, root: int,
+            persistent: bool = False) -> Library:
     """The MPI library's own ``record`` collective on a call's buffers (``work``, as the
     record prepared them for ``x`` on the :class:`~pyar.runtime.comm.Comm` ``c``), as one
     step; half types, which MPI does not reduce, widened to float32 and rounded back once
-    at the end."""
+    at the end. ``persistent`` (a built-in collective: collective): the library's
+    persistent request, bound now, x widened again at each start."""
     send, recv, after = record.library_buffers(x, work, c.rank, root)
+    before = None
     if reduction is not None and send.dtype in HALF:
-        narrow, inner = recv, after
+        narrow, inner, given = recv, after, send
         in_place = recv is send
         send = send.astype(np.float32)
         recv = send if in_place else None if narrow is None else narrow.astype(np.float32)
+        if persistent:
+            before = loader(send, given)
 
         def after():
             if narrow is not None:
                 narrow[...] = recv
             if inner is not None:
                 inner()
+    if persistent:
+        return PersistentLibrary(library_call(record, c.mpi, send, recv, reduction, root,
+                                              "init")(), after, before)
     return Library(library_call(record, c.mpi, send, recv, reduction, root, start=True), after)

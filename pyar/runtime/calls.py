@@ -1,122 +1,24 @@
-"""One call of a collective: validate locally, pick the algorithm, build the call's run.
+"""What every call of a collective checks first, and the plans the ranks agree on.
 
-:func:`build` turns a record (:mod:`pyar.collectives`), the caller's numpy
-arrays and arguments into a :class:`~pyar.runtime.progress.Run` of this
-rank's compiled plan (cached on the :class:`Comm`, agreed on by every rank
-at its first call) or of the MPI library's own collective, or, for a
-blocking call that may take the runtime's lean paths, a function making
-it. :mod:`pyar.api` waits for the run or puts it in flight; the device path
-(:mod:`pyar.runtime.device`) builds its host calls here too.
+:func:`checked` makes a call's local checks; :func:`compiled` gives this
+rank's compiled plan, cached on the :class:`Comm` and agreed on by every
+rank when it is compiled (or whenever a persistent request is made):
+:mod:`.persistent` and the device path (:mod:`.device`) build their calls
+on them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms import LIBRARY, builder
-from ..core import buffers, ops, schedule as _schedule
+from ..algorithms import builder
+from ..core import ops, schedule as _schedule
 from ..core.errors import MismatchError, ScheduleError
-from ..core.ops import Op
-from ..model import tuner
-from . import notice, progress, recorder
-from .baseline import library
+from . import recorder
 from .comm import Comm
-from .plan import RESIDENT_BYTES, Plan
-from .progress import Run
+from .plan import Plan
 
 recorder.on_call_path(__file__)     # a call record's caller is outside this module
-
-def build(record, x, out, op, algorithm, comm, root, timeout, nonblocking, remember=None,
-           then=None):
-    """(run, lean) of one call on the numpy array ``x``: the :class:`Run`, or for a blocking
-    call that may take the runtime's lean paths (no deadline, no hook, nothing in
-    flight), None and a no-argument function making the call. ``then(result)`` maps the
-    result, if given (the device path's copy back)."""
-    buffers.check_array(x)
-    given_op = op
-    op, c = checked(record, x, op, comm, root)
-    timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
-    count = record.count(x.size, c.size)
-    name = tuner.select(record.name, algorithm, c.size, count, count * x.dtype.itemsize,
-                        x.dtype, topology=c.topology)
-    reduction = None if op is None else op.reduction
-    deadline = progress.deadline_of(timeout)
-    call = signature(record, op, x.dtype, count, root, name)
-    tag = c.next_tag((notice.fingerprint(call), call))
-    what = f"{record.name} #{c.seq} on rank {c.rank} ({name}, {x.size} {x.dtype})"
-    entry = None if c.recorder is None and progress.hook is None else recorder.enter(
-        c.recorder, c.seq, (record.name, None if op is None else op.value, x.dtype.name,
-                            x.size, x.shape, root, name), algorithm)
-    direct = (record.direct and name != LIBRARY and x.nbytes > RESIDENT_BYTES
-              and x.flags.c_contiguous and buffers.apart(x, out))
-    try:
-        if c.check:
-            c.check_call(call, deadline, what)
-        try:        # out's checks: on a first call, agreed with the others (it writes out)
-            work, refused = record.prepare(x, out, c.rank, c.size, root, copy=not direct), None
-        except (ValueError, TypeError) as e:
-            work, refused = None, e
-        plan = None if name == LIBRARY else compiled(c, record.name, name, count, root,
-                                                     deadline, what, refused, call)
-        if refused is not None:
-            raise refused
-    except BaseException:       # before any message, as every rank learnt (agreed): the
-        if c.broken is None:    # call's number is left with no call, alike on every rank
-            c.recent[c.seq % notice.RECENT] = (1, None)
-        raise
-    if direct:
-        plan = plan.out_of_place()
-    source = x.reshape(-1) if direct else None
-    step = library(record, c, x, work, reduction, root) if plan is None else None
-    abandon = None
-
-    def finish():
-        if entry is not None:
-            entry[recorder.ENDED] = recorder.clock()
-        if op is Op.AVG and work.reduced is not None:
-            ops.finalize(work.reduced, op, c.size)
-        result = work.finish()
-        return result if then is None else then(result)
-
-    def failed(error):
-        if abandon is not None:
-            abandon()
-        c.abandon(what, error)
-        recorder.failed(entry, error)
-
-    if not nonblocking and deadline is None and progress.quiet():
-        def lean():
-            try:
-                if plan is None:
-                    step.run(None)
-                else:
-                    plan.run(c.mpi, tag, work.data, reduction, source, call, c.seq)
-            except BaseException as e:
-                failed(e)
-                raise
-            if remember is not None:
-                remember(x, given_op, algorithm, comm, c, plan, reduction, op, call, entry)
-            return finish()
-        return None, lean
-    if remember is not None and not nonblocking:     # blocking, with a deadline
-        checked_finish = finish
-
-        def finish():
-            result = checked_finish()
-            remember(x, given_op, algorithm, comm, c, plan, reduction, op, call, entry)
-            return result
-    if plan is None:
-        steps, ctx, done = [step], None, None
-    else:
-        steps, ctx, done, abandon = plan.execution(c.mpi, tag, work.data, reduction, source,
-                                                   not nonblocking, call, c.seq)
-    if done is not None:
-        end = finish
-
-        def finish():
-            done()
-            return end()
-    return Run(steps, ctx, finish, what, failed, deadline, (entry, c)), None
 
 
 def checked(record, x, op, comm, root):
@@ -146,23 +48,37 @@ def signature(record, op, dtype, count: int, root, name: str) -> tuple:
 
 
 def compiled(c: Comm, collective: str, name: str, count: int, root: int, deadline,
-             what: str, refused, call: tuple) -> Plan:
+             what: str, refused, call: tuple, agree: bool = False) -> Plan | None:
     """This rank's compiled plan, cached on the Comm (a re-registered name makes a new one);
     ``refused``: the error this rank's arguments got, ``call`` the call's
-    :func:`signature` (a first call agrees on both too)."""
-    build = builder(name, collective)
-    key = (collective, name, build, count, int(root))
+    :func:`signature`. Compiling it agrees with the other ranks on both
+    (:func:`_compile_everywhere`), and so does a cached one with ``agree`` (a persistent
+    request's init). None if this rank's arguments were refused."""
+    key = (collective, name, builder(name, collective), count, int(root))
     plan = c.plans.get(key)
-    if plan is None:
-        plan = _compile_everywhere(c, collective, name, build, count, int(root), deadline,
-                                   what or collective, refused, call)
-        if refused is None:
+    if plan is None or agree:
+        plan = _compile_everywhere(c, collective, name, key[2], count, int(root), deadline,
+                                   what or collective, refused, call, plan)
+        if plan is not None:
             c.remember(key, plan)
     return plan
 
 
+def is_compiled(c: Comm, collective: str, name: str, count: int, root: int) -> bool:
+    """Whether this rank's plan for these arguments is compiled (every rank alike, for
+    ranks that call alike)."""
+    return (collective, name, builder(name, collective), count, int(root)) in c.plans
+
+
+def agreed(c: Comm, collective, name, count, root, deadline, what, refused, call) -> None:
+    """Agree with the other ranks that every rank made this ``call`` and that its arguments
+    passed their checks, for a call with no plan (the MPI library's collective)."""
+    _compile_everywhere(c, collective, name, None, count, root, deadline, what, refused, call,
+                        False)
+
+
 def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline, what,
-                        refused, call) -> Plan | None:
+                        refused, call, plan=None) -> Plan | None:
     """Compile this rank's plan and agree with the other ranks that all of them could, and
     that every rank's arguments passed their checks (``refused``: this rank's error).
 
@@ -174,10 +90,11 @@ def _compile_everywhere(c: Comm, collective, name, build, count, root, deadline,
     call at all into a TimeoutError on the others, given a deadline). None if
     this rank's arguments were refused.
     """
-    error = plan = None
+    error = None
     try:
-        plan = Plan(_schedule.build(collective, name, c.size, count, build, c.topology, root),
-                    c.rank)
+        if plan is None and build is not None:      # (False: no plan to make; given: made)
+            plan = Plan(_schedule.build(collective, name, c.size, count, build, c.topology,
+                                        root), c.rank)
     except Exception as e:      # re-raised below, once the other ranks know
         error = e
     built, first_refused, same_call = c.agree(

@@ -30,6 +30,7 @@ from . import notice, progress, recorder, settings
 from .p2p import tag_bits
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
+_RECENT = notice.RECENT
 
 
 _WORDS = 512           # bytes of a rank's call in words, in check_call's error path
@@ -209,7 +210,7 @@ class Comm:
         in flight together have tags of their own and a message of another call never
         matches."""
         seq = self.seq = self.seq + 1
-        self.recent[seq % notice.RECENT] = entry
+        self.recent[seq % _RECENT] = entry
         return (entry[0] & self._fp_mask) << self._seq_bits | 1 + seq % self._seqs
 
     def check_usable(self) -> None:

@@ -132,13 +132,13 @@ def execution(plan, comm, tag: int, data, reduction, alone: bool = True):
                     if plan.count * dtype.itemsize <= HOST_BYTES else None)
         if resident is not None:
             cupy.asnumpy(data, out=resident.data)       # waits for the stream
-            steps, ctx, end = resident.execution()
+            steps, ctx, end, abandon = resident.execution()
 
             def done():
                 end()
                 data.set(resident.data)
                 stream.synchronize()        # complete on return, as below
-            return steps, ctx, done, resident.interrupted
+            return steps, ctx, done, abandon
         per_dtype = _DEVICE_BUFFERS.setdefault(plan, {})
         found = per_dtype.get(data.dtype)
         if found is None:

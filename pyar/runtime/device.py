@@ -36,7 +36,7 @@ from ..algorithms import LIBRARY
 from ..collectives import Work
 from ..core import ops
 from ..model import tuner
-from . import calls, cuda, progress, recorder
+from . import calls, cuda, notice, persistent, progress, recorder
 from .baseline import library
 
 __all__ = ["collective", "gpu_summary"]
@@ -45,17 +45,68 @@ recorder.on_call_path(__file__)     # a call record's caller is outside this mod
 
 
 def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking, then=None):
-    """``record``'s collective on the cupy array ``x`` (arguments as :mod:`pyar.api`'s); a
-    :class:`pyar.Request` if ``nonblocking``. ``then(result)`` maps the result, if given."""
+    """``record``'s collective on the cupy array ``x`` (arguments as :mod:`pyar.api`'s): its
+    result, or if ``nonblocking`` its :class:`~.progress.Run`, in flight. ``then(result)``
+    maps the result, if given. The caller holds the communicator's call token."""
     cupy = _cupy_of(x, "x")
     op, c = calls.checked(record, x, op, comm, root)
     target = _target(record, x, out, c, root)
-    way = _direct if cuda.awareness().aware else _staged
-    run = way(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking)
+    if not cuda.awareness().aware:
+        return _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking,
+                       then)
+    run = _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking)
     if then is not None:
         finish = run.finish
         run.finish = lambda: then(finish())
     return progress.start(run) if nonblocking else run.complete()
+
+
+class Persistent(persistent.Persistent):
+    """A persistent request on cupy arrays: its arguments checked and agreed on at init, as
+    the host request's; each start runs the device call anew (:func:`collective`: its
+    device buffers, or its staging through pinned host memory)."""
+
+    def __init__(self, record, x, out, op, algorithm, comm, root, timeout, then=None):
+        _cupy_of(x, "x")
+        op, c = calls.checked(record, x, op, comm, root)
+        _target(record, x, out, c, root)
+        self.c, self.record, self.root, self.op, self.kind = c, record, root, op, "own"
+        self.label, self.asked, self.then = f"pyar.{record.name}", algorithm, None
+        self.timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
+        count = record.count(x.size, c.size)
+        self.name = name = tuner.select(record.name, algorithm, c.size, count,
+                                        count * x.dtype.itemsize, x.dtype,
+                                        topology=c.topology)
+        self.call = call = calls.signature(record, op, x.dtype, count, root, name)
+        self.sig = (record.name, None if op is None else op.value, x.dtype.name, x.size,
+                    x.shape, root, name)
+        init = (f"{record.name}_init", *call[1:])
+        c.enter(self.label)             # (its agreement is a call on c)
+        try:
+            c.next_tag((notice.fingerprint(init), init))
+            deadline = progress.deadline_of(self.timeout)
+            if name != LIBRARY:
+                calls.compiled(c, record.name, name, count, root, deadline,
+                               self._what(c.seq), None, call, True)
+            else:
+                calls.agreed(c, record.name, name, count, root, deadline, self._what(c.seq),
+                             None, call)
+        finally:
+            c.leave()
+        self.x, self.out, self.device_then = x, out, then
+        self.state, self.run, self.result, self.engine = persistent.IDLE, None, None, None
+        self.numbered = None
+
+    def _start(self, c) -> None:
+        self.state = persistent.ACTIVE
+        try:
+            found = collective(self.record, self.x, self.out, self.op, self.asked, c,
+                               self.root, self.timeout, True, self.device_then)
+        except BaseException:
+            self.state = persistent.IDLE
+            raise
+        self.run = found if isinstance(found, progress.Run) else None
+        self.result = None if self.run is not None else found
 
 
 def _cupy_of(x, name):
@@ -132,7 +183,7 @@ def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblockin
     return progress.Run(steps, ctx, finish, what, failed, deadline)
 
 
-def _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking):
+def _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking, then):
     """The run of the host collective on a pinned host copy of ``x``, the result copied back.
 
     A blocking call reuses one pinned buffer; a nonblocking one has its own."""
@@ -153,18 +204,29 @@ def _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblockin
         cupy.cuda.get_current_stream().synchronize()   # the pinned buffer is reused next
         return out
 
-    run, lean = calls.build(record, host[0], host[-1], op, algorithm, c, root, timeout,
-                            nonblocking, then=back)
-    if lean is not None:
-        run = progress.Run([], None, lean, f"{record.name} (staged)")
-    if not nonblocking:         # a failed call leaves the shared pinned buffer to late peers
-        inner = run.on_error
+    if then is not None:
+        copy_back = back
 
-        def failed(error):
+        def back(result):
+            return then(copy_back(result))
+    request = persistent.Persistent(record, host[0], host[-1], op, algorithm, c, root,
+                                    timeout, back, "once" if nonblocking else "staged",
+                                    held=True)
+    if not nonblocking:         # a failed call leaves the shared pinned buffer to late peers
+        try:
+            request._start(c)
+            return request.wait()
+        except BaseException:
             _POOL[0] = np.empty(0, np.uint8)
-            if inner is not None:
-                inner(error)
-        run.on_error = failed
+            raise
+    request._start(c)
+    return request.run if request.run is not None else _done(request.result)
+
+
+def _done(result) -> progress.Run:
+    """A run complete already, with ``result``."""
+    run = progress.Run([], None, lambda: result, "a complete call")
+    run.progress()
     return run
 
 

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import copy
 import weakref
+from functools import partial
 
 import numpy as np
 from mpi4py import MPI
 
+from ..core.buffers import loader
 from ..core.errors import Where
 from ..core.schedule import Schedule
 from ..kernels import folder
@@ -223,63 +225,123 @@ class Plan:
             fold = self._folds[dtype, reduction] = folder(dtype, reduction)
         return fold
 
-    def run(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None,
-            source: np.ndarray | None = None, call=None, seq: int = 0) -> None:
-        """Run the steps on ``data`` (1-D, contiguous, ``schedule.count`` elements), folding
-        with ``reduction`` (``"sum" "prod" "max" "min"``; None if nothing folds), blocking:
-        a Resident's or Stream's call, else each step's blocking form. The out-of-place variant takes x as ``source`` (like data,
-        not overlapping it) and leaves x's contents there untouched. ``call``, ``seq``: the
-        call's tuple and number (for a Resident; ``tag`` carries them otherwise)."""
-        dtype = data.dtype
-        resident = self.resident(comm, dtype, reduction, call)
-        if resident is not None:
-            resident.data[...] = data
-            resident.run(None, seq)
-            data[...] = resident.data
-            return
-        stream = self.stream(comm, dtype, reduction, call)
-        if stream is not None:
-            stream.run(data, source, seq)
-            return
-        ctx = Context((data, *self.buffers(dtype), source), comm, tag,
-                      self.fold(dtype, reduction))
-        for step in self.steps:
-            step.run(ctx)
+    def engine(self, comm: MPI.Comm, data: np.ndarray, reduction: str | None, call=None,
+               source: np.ndarray | None = None, kind: str = "own") -> Engine:
+        """How a request runs this plan (or its variant) on ``data`` (1-D, contiguous,
+        ``count`` elements), folding with ``reduction`` (``"sum" "prod" "max" "min"``; None if
+        nothing folds), for the calls ``call`` (a tuple: :func:`.notice.fingerprint`).
+        ``source``: x, which the out-of-place variant reads (apart from data, as many
+        bytes; kept untouched), or which a Resident's program copies into data itself.
 
-    def execution(self, comm: MPI.Comm, tag: int, data: np.ndarray, reduction: str | None,
-                  source: np.ndarray | None = None, alone: bool = True,
-                  call=None, seq: int = 0):
-        """(steps, ctx, done, abandon) of one call on ``data`` as :class:`~.progress.Run`
-        drives them (arguments as for :meth:`run`); ``done()`` ends it, ``abandon()`` is
-        for a call that failed (either may be None). ``alone``: no other call of
-        this plan is in flight until it ends (a blocking call), so a small plan runs on its
-        Resident and a large one on the plan's scratch; otherwise (a nonblocking call) on
-        the general path with buffers of its own (kept for later requests when it ends)."""
+        ``kind`` says how the request runs alongside others, alike on every rank:
+
+        - ``"own"`` (a persistent request: others may be in flight with it): a Resident
+          whose messages all go through mailboxes, or a Stream, with mailboxes of its own
+          carved now (collective over the node), else the general path on buffers of its
+          own;
+        - ``"staged"``, ``"bound"`` (a blocking call: no other call of the plan runs
+          meanwhile): the plan's own Resident, data copied in and out (staged) or one
+          bound to data (bound), or the plan's Stream or buffers;
+        - ``"once"`` (a nonblocking call): the general path on buffers no other call in
+          flight uses (a spare of an earlier call's, or new: page faults).
+        """
         dtype = data.dtype
-        if alone:
-            resident = self.resident(comm, dtype, reduction, call)
-            if resident is not None:
-                resident.data[...] = data
-                steps, ctx, end = resident.execution(seq)
+        fold = self.fold(dtype, reduction)
+        if kind == "once":
+            spare = self._spare.setdefault(dtype, [])
+
+            def launch(seq, tag):
+                own = spare.pop() if spare else (np.empty(self.scratch_count, dtype),
+                                                 np.empty(self.landing_count, dtype))
 
                 def done():
-                    end()
-                    data[...] = resident.data
-                return steps, ctx, done, resident.interrupted
+                    if len(spare) < SPARES:
+                        spare.append(own)
+                return self.steps, Context((data, *own, source), comm, tag, fold), done, None
+            return Engine(launch, fills=self.source)
+        if self.small(dtype) and not self.source:
+            if kind == "staged":
+                resident = self.resident(comm, dtype, reduction, call)
+                return Engine(_resident_launch(resident), _native(resident),
+                              before=loader(resident.data, data),
+                              after=loader(data, resident.data))
+            if kind == "bound":
+                resident = self.bind(comm, data, reduction, call, source)
+            else:       # its own mailboxes; where some message has none, the general path
+                pool = shm.pool_of(comm)    # (a Resident's MPI requests share one tag, which
+                channels = None if pool is None else \
+                    pool.channels(self.spans, dtype.itemsize)   # others in flight may have)
+                resident = None if channels is None else Resident(
+                    self, comm, dtype, reduction, data, channels, call, source)
+                if resident is None or resident.program is None:
+                    if resident is not None:
+                        resident.free()
+                    return self._general(comm, data, fold, source, kind)
+                self._bound.add(resident)
+            return Engine(_resident_launch(resident), _native(resident),
+                          resident.source is not None, free=resident.free)
+        if kind == "own":
+            stream, pool = None, shm.pool_of(comm)
+            channels = None if pool is None else pool.streams(
+                self.base.spans, PIECE, _streamable(self.base.spans), shared=False)
+            if channels is not None:
+                stream = Stream(self, channels, dtype, reduction, call,
+                                np.empty(self.scratch_count, dtype))
+                stream.bind(data, source)
+        else:
             stream = self.stream(comm, dtype, reduction, call)
-            if stream is not None:
-                return stream.execution(data, source, seq)
-            own, done = self.buffers(dtype), None
-        else:       # buffers no other call in flight uses: a spare, or new (page faults)
-            spare = self._spare.setdefault(dtype, [])
-            own = spare.pop() if spare else (np.empty(self.scratch_count, dtype),
-                                             np.empty(self.landing_count, dtype))
+        if stream is not None:
+            return Engine(_program_launch(stream), stream, True, before=None if kind == "own"
+                          else partial(stream.bind, data, source))
+        return self._general(comm, data, fold, source, kind)
 
-            def done():
-                if len(spare) < SPARES:
-                    spare.append(own)
-        return (self.steps, Context((data, *own, source), comm, tag,
-                                    self.fold(dtype, reduction)), done, None)
+    def _general(self, comm, data, fold, source, kind) -> Engine:
+        """The general path's engine: the plan's steps on its scratch and landing buffers, or
+        on buffers of the request's own (``kind`` ``"own"``); each start's own tag."""
+        dtype = data.dtype
+        own = (np.empty(self.scratch_count, dtype), np.empty(self.landing_count, dtype)) \
+            if kind == "own" else self.buffers(dtype)
+        bufs = (data, *own, source)
+        return Engine(lambda seq, tag: (self.steps, Context(bufs, comm, tag, fold), None, None),
+                      fills=self.source)
+
+
+class Engine:
+    """How a request runs its plan on its buffers (:meth:`Plan.engine`).
+
+    ``launch(seq, tag)`` gives the (steps, ctx, done, abandon) of call number ``seq``
+    (tag ``tag``) for :class:`~.progress.Run` (done and abandon may be None);
+    ``program``, if not None, is the native program (:class:`~.programs.Resident` or
+    :class:`~.programs.Stream`) that a start with nothing else in flight runs as far as it
+    can at once (:meth:`~.programs._Program.attempt`); ``fills`` whether the call reads x
+    itself (a Resident's source row; the out-of-place variant's steps, a Stream's or not);
+    ``before()`` and ``after()``, if not None, run before a call and after it completes
+    (a staged Resident's copies in and out, a shared Stream's rows pointed at data);
+    ``free()`` releases what it holds alone."""
+
+    __slots__ = ("launch", "program", "fills", "before", "after", "free")
+
+    def __init__(self, launch, program=None, fills=False, before=None, after=None,
+                 free=None):
+        self.launch, self.program, self.fills = launch, program, fills
+        self.before, self.after, self.free = before, after, free or _nothing
+
+
+def _nothing():
+    return None
+
+
+def _native(resident: Resident) -> Resident | None:
+    """``resident`` if its calls run as one native program, else None."""
+    return resident if resident.program is not None else None
+
+
+def _resident_launch(resident: Resident):
+    return lambda seq, tag: resident.execution(seq)
+
+
+def _program_launch(program):
+    return lambda seq, tag: program.execution(seq)
 
 
 def _streamable(spans) -> bool:

@@ -16,7 +16,7 @@ once into shared memory and folded straight out of it (MPI copies twice, and
 the fold reads a landing buffer): one native program a call.
 
 Both give :class:`~.progress.Step` s for a call in flight (:class:`ResidentStep`,
-:class:`StreamStep`); their blocking calls run the native program, or the
+:class:`ProgramStep`); their blocking calls run the native program, or the
 steps' derived blocking form.
 """
 
@@ -51,6 +51,7 @@ class _Program:
         # polls before Python takes a wait over: few on an oversubscribed node, where
         # they hold the core that the awaited rank needs
         self.spins = _NATIVE_SPINS if shm.patience() else 1
+        self.start_spins = _START_SPINS if shm.patience() else 1
         if _native[0] is None:
             _native[0] = mailbox.runner()
 
@@ -76,27 +77,30 @@ class _Program:
         if self.channels is not None:
             self.channels.calls = None
 
-    def _resume(self, at: int, call: int, seq: int, deadline) -> None:
-        """Go on with the native program of ``call`` (the program's number) number ``seq``
-        (the communicator's) from row ``at``, where it stopped, waiting
-        :func:`~.shm.patiently` (bounded by ``deadline``); another call's mark is a
-        MismatchError."""
-        native, address, rows, fingerprint = _native[0], self.address, self.rows, \
-            self.fingerprint
-        state = [at]
-
-        def advanced(spins=1) -> bool:
-            at = native(address, rows, state[0], call, fingerprint, seq, spins)
-            if at < 0:
-                raise self._mismatched(-1 - at, call, seq)
-            state[0] = at
-            return at == rows
-
+    def attempt(self, seq: int):
+        """Call number ``seq`` (the communicator's), run as far as the peers allow now (a
+        persistent request's start), polling each stamp :data:`_START_SPINS` times (once on
+        an oversubscribed node): None if it completed, else (its program's call number,
+        the row it stopped at), for :meth:`execution` to go on from."""
+        call = self._begin()
+        at = _native[0](self.address, self.rows, 0, call, self.fingerprint, seq,
+                        self.start_spins)
+        if at == self.rows:
+            self.channels.calls = call + 1
+            return None
         if at < 0:
             raise self._mismatched(-1 - at, call, seq)
-        shm.patiently(advanced, deadline,
-                      lambda waited: shm.gave_up(*self.waits[state[0]][:2])(waited),
-                      partial(advanced, _NATIVE_SPINS))
+        return call, at
+
+    def execution(self, seq: int, at: int = 0, call: int | None = None):
+        """(steps, ctx, done, abandon) of call number ``seq`` for :class:`~.progress.Run`,
+        from row ``at`` of the program's call number ``call`` (None: a new call, from its
+        first row): a :class:`ProgramStep` per step of the plan, its rows."""
+        if call is None:
+            call = self._begin()
+        steps = [step if step.first >= at else ProgramStep(self, at, step.last, step.where)
+                 for step in self.program_steps if step.last > at]
+        return steps, _ProgramCall(call, seq, at), partial(self._end, call), self.interrupted
 
     def _mismatched(self, row: int, call: int, seq: int) -> MismatchError:
         """The error for the native program's ``row``, whose stamp is another call's mark."""
@@ -125,11 +129,12 @@ class Stream(_Program):
     """
 
     def __init__(self, plan, channels: shm.Channels, dtype: np.dtype,
-                 reduction: str | None, call=None):
+                 reduction: str | None, call=None, scratch: np.ndarray | None = None):
         self.channels, self.call, self.fingerprint = channels, call, notice.fingerprint(call)
         size, each = dtype.itemsize, PIECE // dtype.itemsize
         kind = 0 if reduction is None else mailbox.kind(dtype, reduction)
-        scratch = plan.buffers(dtype, landing=False)[0].ctypes.data     # (kept by the plan)
+        self.scratch = plan.buffers(dtype, landing=False)[0] if scratch is None else scratch
+        scratch = self.scratch.ctypes.data
         ordinal: dict = {}              # (direction, peer, mailbox): pieces so far a call
         rows, waits, patches, self.steps = [], [], [], []
 
@@ -163,7 +168,7 @@ class Stream(_Program):
                     rows.append([mailbox.COPY, 0, 0, at(x, 3, lo), at(x, 4, lo), at(to, 5, lo),
                                  (hi - lo) * size, 0])
                     waits.append(("", None, None))
-                self.steps.append(StreamStep(self, first, len(rows)))
+                self.steps.append(ProgramStep(self, first, len(rows), "x copied in"))
                 continue
             nth = {}                # (direction, peer): the pair's messages so far this step
             puts = [(s, pieces(1, s)) for s in step.sends]
@@ -188,73 +193,71 @@ class Stream(_Program):
                                          at(x, 4, lo + x.lo - target.lo), at(target, 5, lo),
                                          n, kind])
                             waits.append((step.where, None, None))
-            self.steps.append(StreamStep(self, first, len(rows)))
+            self.steps.append(ProgramStep(self, first, len(rows), step.where))
         self._load(rows, waits)
+        self.program_steps = self.steps
         self.patches = np.array(patches, np.int64).reshape(-1, 4).T   # row, column, x?, offset
         self.bases = None
 
-    def _bind(self, data: np.ndarray, source) -> None:
-        """Point the rows at this call's data (and x)."""
+    def bind(self, data: np.ndarray, source=None) -> None:
+        """Point the rows at the next calls' data (and x, ``source``, for a variant)."""
         bases = (data.ctypes.data, 0 if source is None else source.ctypes.data)
         if bases != self.bases:
             row, column, x, offset = self.patches
             self.program[row, column] = offset + np.where(x, bases[1], bases[0])
             self.bases = bases
 
-    def run(self, data: np.ndarray, source, seq: int) -> None:
-        """One call, number ``seq`` on its communicator, on ``data`` (and x, ``source``, for
-        a variant): the lean path (no deadline; :meth:`execution` for one)."""
-        call = self._begin()
-        self._bind(data, source)
-        try:
-            at = _native[0](self.address, self.rows, 0, call, self.fingerprint, seq, self.spins)
-            if at != self.rows:
-                self._resume(at, call, seq, None)
-        except BaseException:
-            self.interrupted()
-            raise
-        self._end(call)
-
-    def execution(self, data: np.ndarray, source, seq: int):
-        """(steps, ctx, done, abandon) of call number ``seq`` as :meth:`Plan.execution` gives
-        them: a step per step of the plan, its rows."""
-        call = self._begin()
-        self._bind(data, source)
-        return self.steps, _StreamCall(call, seq), partial(self._end, call), self.interrupted
 
 
-class _StreamCall:
-    """A Stream's call in flight: the program's call number, the call's, the next row."""
+class _ProgramCall:
+    """A native program's call in flight: the program's call number, the call's, the next
+    row."""
 
     __slots__ = ("call", "seq", "at")
 
-    def __init__(self, call, seq):
-        self.call, self.seq, self.at = call, seq, 0
+    def __init__(self, call, seq, at=0):
+        self.call, self.seq, self.at = call, seq, at
 
 
-class StreamStep(Step):
-    """A step of a :class:`Stream` for a call in flight: its rows of the native program, run
-    as far as their stamps allow on each test (``ctx``: the call's :class:`_StreamCall`)."""
+class ProgramStep(Step):
+    """A step of a native program (a :class:`Stream`'s, or a :class:`Resident`'s whose
+    messages are all mailbox ones) for a call in flight: its rows, run as far as their
+    stamps allow on each test (``ctx``: the call's :class:`_ProgramCall`)."""
 
-    __slots__ = ("stream", "first", "last")
+    __slots__ = ("program", "first", "last", "where")
 
-    def __init__(self, stream, first, last):
-        self.stream, self.first, self.last = stream, first, last
+    def __init__(self, program, first, last, where="a step"):
+        self.program, self.first, self.last, self.where = program, first, last, where
 
     def start(self, ctx) -> None:
-        ctx.at = self.first
+        ctx.at = max(ctx.at, self.first)
 
     def test(self, ctx) -> bool:
-        stream = self.stream
-        at = _native[0](stream.address, self.last, ctx.at, ctx.call, stream.fingerprint,
-                        ctx.seq, 1)
+        program = self.program
+        at = _native[0](program.address, self.last, ctx.at, ctx.call, program.fingerprint,
+                        ctx.seq, program.spins)
         if at < 0:
-            raise stream._mismatched(-1 - at, ctx.call, ctx.seq)
+            raise program._mismatched(-1 - at, ctx.call, ctx.seq)
         ctx.at = at
         return at == self.last
 
     def pending(self, ctx) -> list[int]:
-        return [self.stream.waits[ctx.at][1]] if ctx.at < self.last else []
+        return [self.program.waits[ctx.at][1]] if ctx.at < self.last else []
+
+    def traffic(self) -> tuple[list[int], int, int]:
+        """Its peers, and the bytes its rows put into and take out of their mailboxes."""
+        program, peers, sent, received = self.program, set(), 0, 0
+        for row in range(self.first, self.last):
+            peer = program.waits[row][1]
+            if peer is None:            # a local copy or fold
+                continue
+            peers.add(peer)
+            nbytes = int(program.program[row, 6])
+            if program.program[row, 0] == mailbox.PUT:
+                sent += nbytes
+            else:
+                received += nbytes
+        return sorted(peers), sent, received
 
 
 def _copier(dst: np.ndarray, src: np.ndarray):
@@ -391,7 +394,9 @@ class Resident(_Program):
         kind = 0 if reduction is None else mailbox.kind(dtype, reduction)  # a native fold's
 
         self.steps, rows, waits = [], [], []    # rows, waits: the native program's
+        bounds = []                             # (where, first row, end) of each step's rows
         for where, sends, recvs in plan.spans:
+            first = len(rows)
             requests, peers, received, finishes, puts, boxes = [], [], [], [], [], []
             takes = []
             for wire, dst, fold, _ in recvs:
@@ -433,12 +438,13 @@ class Resident(_Program):
             for row, wait in takes:
                 rows.append(row)
                 waits.append(wait)
+            bounds.append((where, first, len(rows)))
             self.steps.append(ResidentStep(where, requests, peers, received, finishes, puts,
                                              boxes, call))
         self.fingerprint = notice.fingerprint(call)
         # every message a mailbox: the whole call runs natively (kernels.mailbox)
         # start: the first row of a call that does not fill data from source (run's fill)
-        self.program, self.source, self.start = None, None, 0
+        self.program, self.source, self.start, self.program_steps = None, None, 0, []
         if channels is not None and not any(step.requests for step in self.steps):
             if source is not None:      # a local row, no wait: data = source (run(fill=True))
                 self.source, self.start = source, 1
@@ -446,40 +452,21 @@ class Resident(_Program):
                                 self.data.ctypes.data, self.data.nbytes, 0))
                 waits.insert(0, ("", None, None))
             self._load(rows, waits)
+            self.program_steps = [ProgramStep(self, first + self.start if i else 0,
+                                              end + self.start, where)
+                                  for i, (where, first, end) in enumerate(bounds)]
         _LIVE.add(self)
 
-    def run(self, deadline=None, seq: int = 0, fill: bool = False) -> None:
-        """One call, number ``seq`` on its communicator, on ``data`` (the caller fills it and
-        reads the result): the native program where every message is a mailbox one, else
-        each step's blocking form; every wait bounded by ``deadline`` (a
-        ``time.monotonic()`` value) if given. ``fill``: the program fills ``data`` from its
-        ``source`` (one it has) instead of the caller."""
-        channels, steps = self.channels, self.steps
-        call = 0 if channels is None else channels.calls
-        if call is None or steps is None:
-            self._gone()
-        try:
-            if self.program is not None:        # (the program makes the mark itself)
-                at = _native[0](self.address, self.rows, self.start - fill, call,
-                                self.fingerprint, seq, self.spins)
-                if at != self.rows:
-                    self._resume(at, call, seq, deadline)
-            else:
-                ctx = _Call(call, channels, mark(self.fingerprint, seq))
-                for step in steps:
-                    step.run(ctx, deadline)
-        except BaseException:
-            self.interrupted()
-            raise
-        if channels is not None:
-            channels.calls = call + 1
-
-    def execution(self, seq: int = 0):
-        """(steps, ctx, done) of call number ``seq`` as :class:`~.progress.Run` drives them:
-        ``done()`` ends the call (the caller fills ``data`` before and reads it after)."""
+    def execution(self, seq: int = 0, at: int = 0, call: int | None = None):
+        """(steps, ctx, done, abandon) of call number ``seq`` as :class:`~.progress.Run` drives
+        them: the native program's rows from row ``at`` of its call ``call`` (None: a new
+        call; the fill row included when it has a ``source``) where it has one, else the
+        Python steps (the caller fills ``data``). ``done()`` ends the call."""
+        if self.program is not None:
+            return super().execution(seq, at, call)
         call = self._begin()
         ctx = _Call(call, self.channels, mark(self.fingerprint, seq))
-        return self.steps, ctx, lambda: self._end(call)
+        return self.steps, ctx, partial(self._end, call), self.interrupted
 
     def free(self) -> None:
         """Free the persistent requests (idempotent; running the object afterwards raises)."""
@@ -496,6 +483,8 @@ class Resident(_Program):
 _LIVE: weakref.WeakSet = weakref.WeakSet()      # Residents with requests to free
 _native = [None]            # kernels.mailbox's runner, loaded with the first native program
 _NATIVE_SPINS = 1024        # polls of a stamp (~1 us) in the program before Python waits
+_START_SPINS = 1 << 13      # polls of a stamp (~8 us) in a start's program before it returns
+                            # (the peers of a small call arrive within a few microseconds)
 
 
 @atexit.register            # runs before mpi4py's MPI_Finalize, a C-level exit hook

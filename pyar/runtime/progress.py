@@ -199,12 +199,16 @@ class Run:
                 deadline = own if deadline is None else min(deadline, own)
             try:
                 wait_for(self.progress, deadline, self.stalled)
-            except TimeoutError as e:
-                if own is None or _monotonic() < own:
+            except TimeoutError as e:     # this wait's deadline, not the call's: in flight
+                if e.failed_rank is None and (own is None or _monotonic() < own):
                     raise
                 self.fail(e)
             except BaseException as e:
                 self.fail(e)
+        if OPEN and self in OPEN:       # (complete: out of flight now, not at the next pass)
+            with _lock:
+                if self in OPEN:
+                    OPEN.remove(self)
         if self.error is not None:
             raise self.error
         return self.result
@@ -337,10 +341,10 @@ class Request:
                           ResourceWarning, stacklevel=2)
 
 
-def start(run: Run) -> Request:
+def start(run: Run) -> Run:
     """Put ``run`` in flight and advance it once (with a progress thread, only begin its
     first step and leave the rest to the thread: whoever tests a request also does MPI's
-    copying of its messages); its :class:`Request`."""
+    copying of its messages); ``run``."""
     with _lock:
         if thread is not None:      # its first step begins here, in this rank's call order
             run.begin()             # (MPI's own collectives match in the order started)
@@ -351,7 +355,7 @@ def start(run: Run) -> Request:
                 progress_open()
             if not run.progress():
                 OPEN.append(run)
-    return Request(run)
+    return run
 
 
 def wait_all(requests, timeout=None) -> list:

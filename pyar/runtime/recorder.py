@@ -2,8 +2,8 @@
 
 Each :class:`pyar.Comm` keeps the last ``PYAR_TRACE_BUFFER`` (default
 :data:`DEFAULT_CALLS`; 0: off) collective calls in a ring buffer
-(:class:`Recorder`). A call's record is a small list, made as the call
-begins (the allreduce fast path makes it inline, in :mod:`pyar.api`)::
+(:class:`Recorder`): preallocated slots, each a small list that a call's
+start overwrites::
 
     [seq, fingerprint, code, line, began, ended, state, asked]
 
@@ -23,9 +23,9 @@ job): on a timeout, a mismatch or any other pyar error a call raises, on
 ``SIGUSR1`` (when the handler runs: a rank blocked inside an MPI call runs it
 only once the call returns, so give the job a timeout), on
 :func:`peer_failed` (a peer's failure announced; once per failed call) and on
-``pyar.dump()``. ``pyar doctor DIR`` reads the dumps. Cost on the 8 B fast path: one list made and appended, two clock
-reads, one frame lookup (BENCHMARKS.md: the ratio to MPI_Allreduce with and
-without it).
+``pyar.dump()``. ``pyar doctor DIR`` reads the dumps. Cost per call: a slot's
+eight fields written, two clock reads, one walk up the caller's frames
+(``benchmarks/recorder_cost.py`` measures it).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import socket
 import sys
 import time
 import weakref
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -65,18 +64,22 @@ _getframe = sys._getframe
 
 
 class Recorder:
-    """One communicator's ring buffer of call records (``calls``, a bounded deque)."""
+    """One communicator's ring of call records: ``slots``, ``n`` records made at once and
+    overwritten in turn (no allocation per call); ``next`` the slot the next call takes.
+    A slot no call has taken yet has number 0 (no call has)."""
 
-    __slots__ = ("calls", "comm", "index", "__weakref__")
+    __slots__ = ("slots", "next", "comm", "index", "__weakref__")
 
     def __init__(self, comm, n: int, index: int):
-        # full from the start, of placeholders (``[0]``: no call has number 0) that records
-        # push out: so a record made frees one, and filling the ring triggers no garbage
-        # collection (which, while the 2,000 records of the default accumulated, slowed the
-        # first size of a 2-rank bench by ~1 us a call: 8 B in place 3.3-3.7 us against 2.6)
-        self.calls = deque([[0] for _ in range(n)], maxlen=n)
+        self.slots = [[0, None, None, 0, 0.0, None, None, None] for _ in range(n)]
+        self.next = 0
         self.comm = weakref.ref(comm)
         self.index = index          # the how-manieth Comm of this process (alike on its ranks)
+
+    @property
+    def calls(self) -> list:
+        """The records of the calls kept, oldest first."""
+        return [e for e in self.slots[self.next:] + self.slots[:self.next] if e[SEQ]]
 
 
 _live: list = []            # weakrefs to every Recorder, in the order their Comms were made
@@ -129,11 +132,19 @@ def caller():
 
 def enter(rec: Recorder | None, seq: int, fingerprint: tuple, asked: str) -> list:
     """Record that call ``seq`` (this one) began (``asked``: its algorithm argument); the
-    record (kept in ``rec``'s buffer unless ``rec`` is None: for the hook's listeners)."""
-    code, line = caller()
-    entry = _current[0] = [seq, fingerprint, code, line, _clock(), None, None, asked]
-    if rec is not None:
-        rec.calls.append(entry)
+    record (the oldest slot of ``rec``'s ring, overwritten; a new one if ``rec`` is None:
+    for the hook's listeners)."""
+    f = _getframe(1)
+    while f.f_back is not None and f.f_code.co_filename in _INSIDE:
+        f = f.f_back
+    if rec is None:
+        entry = [0, None, None, 0, 0.0, None, None, None]
+    else:
+        at = rec.next
+        entry = rec.slots[at]
+        rec.next = at + 1 if at + 1 < len(rec.slots) else 0
+    entry[:] = seq, fingerprint, f.f_code, f.f_lasti, _clock(), None, None, asked
+    _current[0] = entry
     return entry
 
 
@@ -170,7 +181,8 @@ def _verdict(entry) -> str:
     state = None if entry is None else entry[STATE]
     if not state or not state.get("peers") or "stopped_by" in state:
         return ""
-    comm = next((r().comm() for r in _live if r() is not None and entry in r().calls), None)
+    comm = next((r().comm() for r in _live if r() is not None
+                 and any(e is entry for e in r().slots)), None)
     seen = getattr(getattr(comm, "notice", None), "peers", None)
     if seen is None:
         return ""
@@ -264,7 +276,7 @@ def snapshot(reason: str = "pyar.dump()", error=None) -> dict:
             continue
         comms.append({"index": rec.index, "rank": comm.rank, "size": comm.size,
                       "seq": comm.seq, "broken": comm.broken,
-                      "calls": [_record(e, now, wall) for e in list(rec.calls) if e[SEQ]]})
+                      "calls": [_record(e, now, wall) for e in rec.calls]})
     return {"format": FORMAT, "rank": _job.get("rank"), "size": _job.get("size"),
             "host": socket.gethostname(), "pid": os.getpid(), "time": wall, "reason": reason,
             "error": None if error is None else str(error), "comms": comms}

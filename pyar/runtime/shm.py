@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 import zlib
 from itertools import chain
 
@@ -73,7 +72,6 @@ _STAMP = 8                  # bytes: a half's stamp, in its first line with its 
 _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store order
 PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
 _patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
-_clock = time.perf_counter
 _CPUS = 1 << 14              # processor numbers an affinity mask is read up to
 
 
@@ -91,54 +89,10 @@ def _word(segment: np.ndarray, offset: int) -> memoryview:
     return memoryview(segment[offset:offset + 8]).cast("q")
 
 
-def await_stamp(stamp: memoryview, free: bool, deadline=None, where: str = "",
-                peer: int = -1) -> int:
-    """``stamp``'s word once it is 0 (``free``: the half's last message has been taken) or
-    once it is not (a message is in): a Resident's lean path's wait. Past ``deadline``,
-    pyar.TimeoutError saying ``where`` waited for ``peer``. It polls itself a few times
-    first (the peer is usually a moment behind: a poll here costs a third of one through a
-    function), then waits :func:`patiently`."""
-    for _ in range(progress.SPINS):
-        if (not (seen := stamp[0])) is free:
-            return seen
-
-    def polled() -> bool:
-        for _ in range(256):
-            if (not stamp[0]) is free:
-                return True
-        return False
-    patiently(lambda: (not stamp[0]) is free, deadline, gave_up(where, peer), polled)
-    return stamp[0]
-
-
-def patiently(test, deadline, stalled, eager=None) -> None:
-    """Wait until ``test()`` is true: on a node with a core for each of its ranks, by polling
-    ``eager()`` (a longer poll of the same condition; default ``test``) for up to
-    :data:`PATIENCE` (yielding the core to another process on a busy machine costs that
-    process's whole time slice, 30 us a call and more measured), then in
-    :func:`~.progress.wait_for` (bounded by ``deadline``, past it ``stalled``), which yields
-    after a few polls more."""
-    if _patience[0]:
-        eager = eager or test
-        until = _clock() + _patience[0]
-        while _clock() < until:
-            if eager():
-                return
-    progress.wait_for(test, deadline, stalled)
-
-
 def patience() -> float:
     """Seconds a waiting rank polls before it starts to yield its core: :data:`PATIENCE`,
     or 0 once a pool's node has turned out oversubscribed."""
     return _patience[0]
-
-
-def gave_up(where: str, peer: int):
-    """The ``stalled`` of a lean-path wait: the TimeoutError saying ``where`` waited for
-    ``peer``, and how long."""
-    return lambda waited: TimeoutError(f"{where} waited for rank {peer}; gave up after "
-                                       f"{waited:.1f} s", step=getattr(where, "step", None),
-                                       peers=(peer,), waited=waited)
 
 
 def cores_of(node: MPI.Comm) -> int:
@@ -199,7 +153,7 @@ class Pool:
     Made collectively (by :func:`pool_of`); freed collectively by :meth:`free`. It also
     finds out whether the node has a processor for each of the communicator's ranks on it
     (``cores``, ``oversubscribed``); once a pool has found its node oversubscribed, every
-    wait in :func:`await_stamp` yields early, and every stalled wait naps
+    native program polls a stamp once before Python waits, and every stalled wait naps
     (:data:`.progress.napping`).
     """
 
@@ -242,13 +196,15 @@ class Pool:
                         boxes.setdefault(w.peer, []).append((w.hi - w.lo) * itemsize)
         return self._carve(out, into)
 
-    def streams(self, spans, piece: int, streamable: bool = True) -> Channels | None:
+    def streams(self, spans, piece: int, streamable: bool = True,
+                shared: bool = True) -> Channels | None:
         """The mailboxes of a :class:`pyar.runtime.programs.Stream`, whose messages go in pieces
         of at most ``piece`` bytes: between two ranks, a mailbox for each message of a step
-        (the most of any step). A stream call runs alone on its communicator, so every plan
-        whose ranks all connect alike shares them. None unless every message of every rank
-        of the node has one (and every rank's plan is ``streamable``). Collective over the
-        node (an allgather of each rank's pairs; the first such plan carves)."""
+        (the most of any step). A blocking call runs alone on its communicator, so every
+        plan whose ranks all connect alike shares them (``shared``; else they are carved
+        anew: a persistent request's own). None unless every message of every rank of the
+        node has one (and every rank's plan is ``streamable``). Collective over the node
+        (an allgather of each rank's pairs; the first such plan carves)."""
         out, into, remote = {}, {}, False
         for _, sends, recvs in spans:
             for boxes, wires in ((out, sends), (into, [r.wire for r in recvs])):
@@ -265,6 +221,9 @@ class Pool:
         if not keys.all():
             return None
         key = keys.tobytes()
+        if not shared:
+            return self._carve({p: [piece] * n for p, n in out.items()},
+                               {p: [piece] * n for p, n in into.items()}, True)
         if key not in self.streamed:
             self.streamed[key] = self._carve({p: [piece] * n for p, n in out.items()},
                                              {p: [piece] * n for p, n in into.items()}, True)

@@ -115,7 +115,7 @@ def test_small_messages_repeat_on_resident_and_bound_buffers(comm):
     the caller's ``out`` once it comes twice in a row (pyar.runtime.programs.Resident). Every
     ``out`` form, a switch of ``out``, avg, and large calls (other tags) in between: each
     result is MPI_Allreduce's."""
-    from pyar import api
+    from pyar.runtime import persistent
 
     shape, failures = (3, 13), []
     same, other = np.empty(shape, np.float32), np.empty(shape, np.float32)
@@ -145,18 +145,19 @@ def test_small_messages_repeat_on_resident_and_bound_buffers(comm):
             check_against_mpi(comm, result, original, op, f"call {i}: {form}")
         except AssertionError as e:
             failures.append(str(e))
-    bound = [r.target is same for r in api._repeats.values() if r.shaped is not None
-             and r.shaped.shape == shape]
+    bound = [r.out is same and r.engine.program is not None
+             and np.shares_memory(r.engine.program.data, same)
+             for r in persistent._cache.values() if r.x is not None and r.x.shape == shape]
     agree(comm, not failures, "; ".join(failures[:2]))
     agree(comm, any(bound), "no repeat ran on the caller's out bound to persistent requests")
 
 
-def test_a_repeated_x_and_out_bind_both_and_x_is_read_afresh_each_call(comm):
-    """Out of place, the same x and out twice in a row bind both: where the whole call runs
-    natively, its program copies x in itself (Resident's ``source``). x changed in place
-    between calls, another x with the same out, then the first x again: each result is
-    MPI_Allreduce's, in out, and x is left alone."""
-    from pyar import api
+def test_a_repeated_out_is_bound_and_x_is_read_afresh_each_call(comm):
+    """Out of place, the same out twice in a row binds the plan's Resident to it (the call
+    runs in out's memory, x copied in). x changed in place between calls, another x with
+    the same out, then the first x again: each result is MPI_Allreduce's, in out, and x is
+    left alone."""
+    from pyar.runtime import persistent
 
     x, y, out = (np.empty((4, 10), np.int32) for _ in range(3))
     failures = []
@@ -174,10 +175,9 @@ def test_a_repeated_x_and_out_bind_both_and_x_is_read_afresh_each_call(comm):
         except AssertionError as e:
             failures.append(str(e))
     agree(comm, not failures, "; ".join(failures[:2]))
-    bound = [r for r in api._repeats.values() if r.target is out]
-    native = bool(bound) and bound[0].bound.program is not None
-    agree(comm, bound and (bound[0].bound.source is x) == native,
-          "out was not bound, or x was not bound with it where the program runs natively")
+    bound = [r.engine.program for r in persistent._cache.values() if r.out is out]
+    agree(comm, bound and bound[0] is not None and np.shares_memory(bound[0].data, out),
+          "the plan's Resident was not bound to out")
 
 
 @pytest.mark.sweep
@@ -258,7 +258,7 @@ def test_large_calls_on_one_node_stream_through_mailboxes(comm):
 
 
 def test_freeing_a_communicator_frees_its_persistent_requests_and_mailboxes(comm):
-    from pyar.runtime import shm
+    from pyar.runtime import persistent, shm
 
     sub = comm.Dup()
     x = np.ones(6)
@@ -267,8 +267,9 @@ def test_freeing_a_communicator_frees_its_persistent_requests_and_mailboxes(comm
     plans = list(pyar.Comm.of(sub).plans.values())
     residents = [r for p in plans for r in [*p._residents.values(), *p._bound]]
     pool = shm.pool_of(pyar.Comm.of(sub).mpi)       # made by the first call: None if disabled
+    request = next(r for r in persistent._cache.values() if r.c is pyar.Comm.of(sub))
     sub.Free()          # the Comm goes with it, and frees what its plans hold
-    error = outcome(residents[-1].run)
+    error = outcome(request.start)
     agree(comm, len(residents) == 2 and all(r.steps is None for r in residents)
           and (pool is None or pool.win == MPI.WIN_NULL)
           and isinstance(error, pyar.PyarError) and "communicator was freed" in str(error),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pyar
-from pyar import api
+from pyar.runtime import persistent
 from pyar.runtime import progress
 
 from checks import agree
@@ -63,11 +63,10 @@ def test_a_freed_communicator_is_not_kept_alive(comm):
     for _ in range(3):
         pyar.allreduce(x, comm=sub)
     held = weakref.ref(pyar.Comm.of(sub))
-    remembered = any(r.comm is sub for r in api._repeats.values())
+    remembered = any(r.c is held() for r in persistent._cache.values())
     sub.Free()
     gc.collect()
-    agree(comm, remembered and held() is None and
-          not any(r.comm is sub for r in api._repeats.values()),
+    agree(comm, remembered and held() is None,
           f"remembered {remembered}, still alive {held() is not None}")
 
 

@@ -1,0 +1,452 @@
+"""Persistent collectives (MPI-4's ``MPI_Allreduce_init`` and its siblings): how every call runs.
+
+A :class:`Persistent` request is one collective on bound buffers, set up once
+and started many times::
+
+    with pyar.allreduce_init(grad, grad) as request:    # collective: checked, agreed
+        for batch in batches:
+            backward(batch)                             # writes grad
+            request.start()
+            ...                                         # anything else meanwhile
+            request.wait()                              # grad holds the sum
+
+Its init is collective, as ``MPI_Allreduce_init`` is, and numbered on the
+communicator like a call: the arguments are checked, every rank agrees on
+the call (a rank with other arguments gets MismatchError, as every rank
+does, there), the algorithm is chosen, the plan compiled and bound to the
+buffers with what it runs on (:meth:`~.plan.Plan.engine`: mailboxes and
+scratch of its own, so requests may be in flight together). A start takes
+no argument checks and allocates nothing: it numbers the call (so a start
+that is not the other ranks' is a MismatchError, as any call's), records
+it in the flight recorder, copies x in where the result is apart from it
+(or leaves that to the native program), and with nothing else in flight
+runs the native program as far as the peers allow at once (a small
+allreduce between ranks that start together completes there); what
+remains is a :class:`~.progress.Run` in flight, which every wait advances.
+The timeout bounds each wait; a failure mid-way leaves the communicator
+unusable (its ranks are out of step), as any call's does.
+
+The plain calls run the same way (:func:`call`): a blocking
+``pyar.allreduce(x, out)`` starts and waits for the request cached for its
+signature, bound again when its arrays change (its plan's mailboxes are
+shared with the other blocking calls, which never overlap: the buffers
+copied in and out, or, once the same arrays come twice in a row, bound to
+them); a nonblocking ``pyar.iallreduce`` starts a request made for it alone
+and returns it. Costs and limits: a request holds its buffers and, for a
+plan of a node's ranks, some of the communicator's shared-memory segment
+(``PYAR_SHM_BYTES``; once it is full, requests send through MPI); requests
+on cupy arrays stage through the host at each start (:mod:`.device`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms import LIBRARY, generation
+from ..core import buffers, ops
+from ..core.errors import PyarError
+from ..core.ops import Op
+from ..model import tuner
+from . import calls, notice, progress, recorder
+from .baseline import built_in, library
+from .comm import Comm
+from .plan import RESIDENT_BYTES, Engine
+from .progress import Run
+
+recorder.on_call_path(__file__)     # a call record's caller is outside this module
+
+IDLE, ACTIVE, FREED = "inactive", "active", "freed"   # a request's states
+_clock, _ENDED = recorder.clock, recorder.ENDED
+
+
+class Persistent:
+    """A persistent collective request (``pyar.allreduce_init`` and its siblings).
+
+    ``start()`` begins the collective on the bound buffers; ``wait(timeout=None)`` blocks
+    until it is complete and returns the result (the bound ``out``, or the request's
+    own result array); ``test()`` advances it and says whether it is complete;
+    ``free()`` releases it (also at the end of a ``with`` block). Started requests
+    complete in any order; every rank must start its requests in the same order.
+    ``x`` must not be written and the result not read while a start is active.
+    Starting an active request, or using a freed one, raises PyarError.
+    """
+
+    __slots__ = ("c", "record", "root", "op", "name", "call", "entry", "sig", "asked",
+                 "timeout", "work", "engine", "load", "then", "state", "run", "result",
+                 "began", "seq", "x", "out", "kind", "plan", "source", "reduction", "seen",
+                 "fresh", "label", "finish", "averaged", "held", "numbered", "shapes",
+                 "__weakref__")
+
+    def __init__(self, record, x, out, op, algorithm, comm, root, timeout, then=None,
+                 kind="own", held=False):
+        """Set up ``record``'s collective on the numpy arrays ``x`` and ``out`` (API.md's
+        rules), its arguments as the blocking call's; ``then(result)`` maps the result,
+        if given (torch tensors). ``kind`` (:meth:`~.plan.Plan.engine`): ``"own"`` for a
+        persistent request (collective: the ranks agree here), ``"staged"`` for a blocking
+        call's, ``"once"`` for a nonblocking call's (these agree when their plan is
+        compiled, at their first call with these arguments, which every rank makes).
+        ``held``: the caller holds the communicator's call token (the device path's)."""
+        buffers.check_array(x)
+        op, c = calls.checked(record, x, op, comm, root)
+        self.c, self.record, self.root, self.op, self.kind = c, record, root, op, kind
+        self.label = f"pyar.{record.name}"
+        if held:
+            self._setup(x, out, op, algorithm, timeout, then, kind)
+            return
+        c.enter(self.label)         # (its agreement is a call on c)
+        try:
+            self._setup(x, out, op, algorithm, timeout, then, kind)
+        finally:
+            c.leave()
+
+    def _setup(self, x, out, op, algorithm, timeout, then, kind) -> None:
+        c, record, root = self.c, self.record, self.root
+        self.timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
+        count = record.count(x.size, c.size)
+        self.asked = algorithm
+        self.name = name = tuner.select(record.name, algorithm, c.size, count,
+                                        count * x.dtype.itemsize, x.dtype,
+                                        topology=c.topology)
+        self.reduction = None if op is None else op.reduction
+        self.call = call = calls.signature(record, op, x.dtype, count, root, name)
+        self.entry = (notice.fingerprint(call), call)
+        self.sig = (record.name, None if op is None else op.value, x.dtype.name, x.size,
+                    x.shape, root, name)
+        self.then, self.state, self.run, self.result, self.began = then, IDLE, None, None, None
+        self.plan = self.engine = None
+        self.seq, self.seen, self.fresh = 0, None, False
+        # the ranks agree at a persistent request's init (a numbered call of its own, as
+        # MPI_Allreduce_init is collective), and at a call's first start where its plan is
+        # compiled now, which every rank does at the same call (numbered here: that start's)
+        agree = kind == "own" or name != LIBRARY and not calls.is_compiled(
+            c, record.name, name, count, root)
+        self.numbered = None
+        try:
+            if kind == "own":
+                init = (f"{record.name}_init", *call[1:])
+                c.next_tag((notice.fingerprint(init), init))
+                checking = init
+            elif agree or c.check:
+                self.numbered = c.next_tag(self.entry)
+                checking = call
+            if c.check and (kind == "own" or self.numbered is not None):  # PYAR_CHECK: first
+                c.check_call(checking, progress.deadline_of(self.timeout), self._what(c.seq))
+            try:        # out's checks: agreed with the others (it writes out)
+                work, refused = self._prepare(x, out), None
+            except (ValueError, TypeError) as e:
+                work, refused = None, e
+            deadline = progress.deadline_of(self.timeout)
+            if name != LIBRARY:
+                self.plan = calls.compiled(c, record.name, name, count, root, deadline,
+                                           self._what(c.seq), refused, call, agree)
+            elif agree:
+                calls.agreed(c, record.name, name, count, root, deadline, self._what(c.seq),
+                             refused, call)
+            if refused is not None:
+                raise refused
+        except BaseException:   # before any message, as every rank learnt (agreed): the
+            if (kind == "own" or self.numbered is not None) and c.broken is None:  # number
+                c.recent[c.seq % notice.RECENT] = (1, None)                      # is left
+            raise                                                                # with no call
+        self._bind(x, out, work)
+
+    def _prepare(self, x, out):
+        """The buffers for ``x`` and ``out`` (the record's :meth:`prepare`): data not filled
+        from x where the plan's out-of-place variant or a native program reads x itself."""
+        record, c = self.record, self.c
+        self.source = None
+        if record.direct and self.name != LIBRARY and x.flags.c_contiguous and \
+                buffers.apart(x, out):
+            self.source = x.reshape(-1)
+        direct = self.source is not None and x.nbytes > RESIDENT_BYTES
+        return record.prepare(x, out, c.rank, c.size, self.root, copy=not direct)
+
+    def _bind(self, x, out, work, kind=None) -> None:
+        """Bind ``work`` (prepared for ``x`` and ``out``) and its engine (local: the plan and
+        its mailboxes exist on every rank by now)."""
+        c, plan, source = self.c, self.plan, self.source
+        kind = kind or self.kind
+        if kind == "bound":
+            source = None           # (x may change from call to call: loaded, not bound)
+        if kind == "keep":          # another x into the same data: the engine stays
+            source = None
+        elif self.engine is not None:
+            self.engine.free()
+        if kind == "keep":
+            pass
+        elif plan is None:
+            self.engine = library_engine(self.record, c, x, work, self.reduction, self.root,
+                                         kind == "own")
+        else:
+            if source is not None and x.nbytes > RESIDENT_BYTES:
+                plan = plan.out_of_place()
+            self.engine = plan.engine(c.mpi, work.data, self.reduction, self.call, source,
+                                      kind)
+        fills = self.engine.fills and source is not None
+        self.load = None if fills else work.load
+        # a record whose prepare() copies x into data but gives no load: bound anew each call
+        self.fresh = not fills and work.load is None and work.data.size > 0 and \
+            not np.may_share_memory(work.data, x)
+        if self.fresh and kind == "own":
+            raise TypeError(f"collective {self.record.name!r}: its record's prepare() gives "
+                            f"no Work.load, so it has no persistent form")
+        self.work, self.x, self.out, self.finish = work, x, out, work.finish
+        self.shapes = (x.shape, None, None) if out is None else (x.shape, out.shape, out.dtype)
+        self.averaged = work.reduced if self.op is Op.AVG else None   # where avg divides
+
+    def _what(self, seq: int) -> str:
+        x = self.sig
+        return f"{x[0]} #{seq} on rank {self.c.rank} ({self.name}, {x[3]} {x[2]})"
+
+    def __repr__(self):
+        return f"<pyar.Persistent {self.sig[0]} ({self.name}, {self.sig[3]} {self.sig[2]}): " \
+               f"{self.state}>"
+
+    def start(self) -> None:
+        """Start the collective on the bound buffers (nonblocking)."""
+        if self.state is not IDLE:
+            raise self._refused("start")
+        c = self.c
+        c.enter(self.label)
+        try:
+            self._start(c)
+        finally:
+            c.leave()
+
+    def _start(self, c: Comm) -> None:
+        if c.broken is not None:
+            c.check_usable()
+        tag = self.numbered
+        if tag is None:
+            tag = c.next_tag(self.entry)
+            if c.check:                 # PYAR_CHECK: before any message (else at the init)
+                try:
+                    c.check_call(self.call, progress.deadline_of(self.timeout),
+                                 self._what(c.seq))
+                except BaseException:
+                    c.recent[c.seq % notice.RECENT] = (1, None)
+                    raise
+        else:
+            self.numbered = None        # (numbered by the init, which agreed on it)
+        self.seq = seq = c.seq
+        self.began = recorder.enter(c.recorder, seq, self.sig, self.asked) \
+            if c.recorder is not None or progress.hook is not None else None
+        engine = self.engine
+        self.state = ACTIVE
+        try:
+            if self.load is not None:
+                self.load()
+            if engine.before is not None:
+                engine.before()
+            program = engine.program
+            if program is not None and progress.hook is None and not progress.OPEN and \
+                    progress.thread is None:        # nothing else in flight: at once
+                stopped = program.attempt(seq)
+                if stopped is None:
+                    self.run = None
+                    self._complete()
+                    return
+                steps, ctx, done, abandon = program.execution(seq, stopped[1], stopped[0])
+            else:
+                steps, ctx, done, abandon = engine.launch(seq, tag)
+        except BaseException as e:
+            self.state, self.run = IDLE, None
+            self._failed(e, None)
+            raise
+        self.run = run = Run(steps, ctx, self._finisher(done), self._what(seq),
+                             lambda error: self._failed(error, abandon),
+                             progress.deadline_of(self.timeout), (self.began, c))
+        progress.start(run)
+
+    def _finisher(self, done):
+        if done is None:
+            return self._complete
+
+        def finish():
+            done()
+            return self._complete()
+        return finish
+
+    def _complete(self):
+        """The call is complete: its result (the engine's copy out, avg's division)."""
+        after = self.engine.after
+        if after is not None:
+            after()
+        if self.averaged is not None:
+            ops.finalize(self.averaged, Op.AVG, self.c.size)
+        if self.began is not None:
+            self.began[_ENDED] = _clock()
+        result = self.finish()
+        if self.then is not None:
+            result = self.then(result)
+        self.result = result
+        return result
+
+    def _failed(self, error: BaseException, abandon) -> None:
+        """The start failed mid-way: its buffers are left to late peers' messages and the
+        communicator is out of step (every rank is told). A run's error is raised by the
+        wait (or test) that finds it."""
+        if abandon is not None:
+            abandon()
+        elif self.engine.program is not None:
+            self.engine.program.interrupted()
+        self.c.abandon(self._what(self.seq), error)
+        recorder.failed(self.began, error)
+
+    def wait(self, timeout=None):
+        """Block until the started collective is complete (at most ``timeout`` seconds, else
+        the request's own; past it, pyar.TimeoutError) and return its result."""
+        if self.state is not ACTIVE:
+            raise self._refused("wait for")
+        run = self.run
+        if run is not None:
+            try:
+                self.result = run.complete(progress.deadline_of(
+                    progress.check_timeout(timeout)))
+            except BaseException:
+                if run.error is not None:      # (past only this wait's timeout: still active)
+                    self.state = IDLE
+                raise
+        self.state = IDLE
+        return self.result
+
+    def test(self) -> bool:
+        """Advance the started collective (and every other in flight); whether it is complete
+        (then :meth:`wait` returns at once)."""
+        if self.state is not ACTIVE:
+            raise self._refused("test")
+        run = self.run
+        if run is None:
+            return True
+        with progress.lock():
+            if progress.OPEN:
+                progress.progress_open()
+            done = run.progress()
+        if done and run.error is not None:
+            self.state = IDLE
+            raise run.error
+        return done
+
+    @property
+    def active(self) -> bool:
+        """Whether a start has not been waited for yet."""
+        return self.state is ACTIVE
+
+    def free(self) -> None:
+        """Release the request (its engine's MPI requests); an active one is waited for first
+        (as MPI_Request_free lets it complete). Idempotent."""
+        if self.state is FREED:
+            return
+        if self.state is ACTIVE:
+            self.wait()
+        self.state = FREED
+        if self.engine is not None:
+            self.engine.free()
+        self.work = self.x = self.out = self.result = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.state is ACTIVE and exc[0] is not None:
+            self.state = IDLE      # (the error goes on; the communicator tells the rest)
+        self.free()
+        return False
+
+    def _refused(self, doing: str) -> PyarError:
+        if self.state is FREED:
+            return PyarError(f"cannot {doing} a freed {self!r}")
+        if self.state is ACTIVE:
+            return PyarError(f"cannot start {self!r}: it is active (wait() for it first)")
+        return PyarError(f"cannot {doing} {self!r}: it is not started (start() it first)")
+
+    def __call__(self, x, out, timeout=None):
+        """The blocking call on ``x`` and ``out``: this (cached) request bound to them if it
+        is not yet, started and waited for. Binding is local: the same arrays twice in a
+        row bind the plan's Resident to them (no copies); other arrays go through its own
+        buffers. With ``out`` None, the result is a new array each call."""
+        if self.seen is None:       # its first call, on the arrays its init bound
+            self.seen = False
+        elif out is None or out is not self.out or self.fresh or x.shape != self.shapes[0] \
+                or out.shape != self.shapes[1] or out.dtype != self.shapes[2] \
+                or not out.flags.writeable:     # (arrays reshaped or frozen since: checked)
+            self._bind(x, out, self._prepare(x, out))       # through the plan's buffers
+            self.seen = False
+        elif not self.seen:         # the same out again: the Resident bound to it from now on
+            self.seen = True
+            self._bind(x, out, self._prepare(x, out), "bound" if self._bindable(out) else None)
+        elif x is not self.x:       # another x into the same out
+            self._bind(x, out, self._prepare(x, out), "keep" if self._bindable(out) else None)
+        c = self.c
+        self.timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
+        if self.state is not IDLE:
+            raise self._refused("start")
+        c.enter(self.label)         # (held until the call returns, as any blocking call's)
+        try:
+            self._start(c)
+            result = self.wait()
+        finally:
+            c.leave()
+        return result
+
+    def _bindable(self, out) -> bool:
+        """Whether a blocking call's small plan can run in ``out``'s own memory."""
+        return self.kind == "staged" and self.plan is not None and \
+            self.plan.small(out.dtype) and out.flags.c_contiguous and \
+            self.record.count(out.size, self.c.size) == self.plan.count
+
+
+def library_engine(record, c, x, work, reduction, root, persistent) -> Engine:
+    """The engine of algorithm ``"mpi"``: with ``persistent`` (collective), the MPI library's
+    own persistent collective, bound now (a built-in collective's); else its nonblocking
+    collective at each start."""
+    if persistent and built_in(record):
+        step = library(record, c, x, work, reduction, root, persistent=True)
+        return Engine(lambda seq, tag: ([step], None, None, None), free=step.free)
+    return Engine(lambda seq, tag: ([library(record, c, x, work, reduction, root)], None,
+                                    None, None))
+
+
+def start_all(requests) -> None:
+    """Start every request, in order (MPI_Startall)."""
+    for request in requests:
+        request.start()
+
+
+_cache: dict = {}
+_CACHED = 256               # signatures whose requests the blocking calls keep
+
+
+def call(record, x, out, op, algorithm, comm, root, timeout):
+    """The blocking call on the numpy array ``x``: the request cached for the call's
+    signature (made at its first call, which every rank makes), run on ``x`` and ``out``.
+    The signature is what every rank passes alike (collective, dtype, count, op,
+    algorithm, communicator, root, and the tuner's overrides and registrations)."""
+    key = (record, x.dtype, x.size, id(op), algorithm, id(comm), root, tuner.overrides(),
+           generation[0])
+    request = _cache.get(key)
+    if request is None or request.c.broken is not None:
+        request = Persistent(record, x, out, op, algorithm, comm, root, timeout,
+                             kind="staged")
+        request.held = (op, comm)       # (their ids in the key are theirs while it is kept)
+        if len(_cache) >= _CACHED:
+            _cache.clear()
+        _cache[key] = request
+    return request(x, out, timeout)
+
+
+def start_once(record, x, out, op, algorithm, comm, root, timeout, then=None) -> Run:
+    """A nonblocking call on the numpy array ``x``: a request made for it alone (on its
+    plan's spare buffers), started; its run, in flight."""
+    request = Persistent(record, x, out, op, algorithm, comm, root, timeout, then, "once")
+    request.start()
+    return request.run
+
+
+def _forget(c: Comm) -> None:
+    """Drop the cached requests of ``c`` (freed, or unusable)."""
+    for key in [k for k, request in _cache.items() if request.c is c]:
+        del _cache[key]
+
+
+Comm.on_retire.append(_forget)

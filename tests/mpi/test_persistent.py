@@ -1,0 +1,261 @@
+"""Persistent collectives (pyar.allreduce_init and its siblings): every collective and
+algorithm started many times, interleaved with blocking and nonblocking calls and the user's
+own point-to-point traffic, each result bitwise the blocking call's; mismatches at init and
+at start, timeouts, the request's states, threads."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import pyar
+from pyar.algorithms import algorithm
+from pyar.collectives import collective as record_of, records
+from pyar.core.ops import Op
+from pyar.verify import sample
+
+from checks import agree
+
+CASES = [(r.name, a) for r in records() for a in pyar.algorithms(r.name)
+         if a == "mpi" or algorithm(a, r.name).auto]     # the built-ins, not the tests' own
+WAIT = 60
+
+
+def inputs(record, comm, count, seed):
+    """x for ``record`` (a block's ``count`` elements per rank where it is blocked)."""
+    shape, _ = record.shapes(comm.size, count)
+    return sample(comm.rank, int(np.prod(shape)), np.float64, Op.SUM, seed).reshape(shape)
+
+
+def blocking(record, x, name, root):
+    if record.name == "barrier":
+        return pyar.barrier(algorithm=name)
+    return pyar.collective(record.name, x, root=root if record.rooted else 0, algorithm=name)
+
+
+def init(record, x, out, name, root):
+    """The persistent request of ``record`` on ``x`` (and ``out``, where it takes one)."""
+    make = getattr(pyar, f"{record.name}_init")
+    if record.name == "barrier":
+        return make(algorithm=name, timeout=WAIT)
+    kwargs = {"algorithm": name, "timeout": WAIT}
+    if record.rooted:
+        kwargs["root"] = root
+    if not record.out_of_place:         # bcast: in place by definition
+        return make(x, **kwargs)
+    return make(x, out, **kwargs)
+
+
+def same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("collective,name", CASES)
+def test_many_starts_interleaved_with_other_calls_equal_the_blocking_calls(comm, collective,
+                                                                          name):
+    """Three requests (a small one, one above RESIDENT_BYTES, one in place where the
+    collective has it), started four times over new contents of x, with a blocking call, a nonblocking one
+    and user traffic between the starts, waited for in a per-rank order: each result is
+    bitwise the blocking call's on the same input."""
+    record = record_of(collective)
+    root = comm.size - 1
+    xs = [inputs(record, comm, count, 10 * i) for i, count in enumerate([3, 70000, 7])]
+    outs = [None, np.empty(record.result_shape(xs[1].shape, comm.size, comm.rank))
+            if record.out_of_place and record.name != "barrier" else None,
+            xs[2] if record.in_place else None]
+    requests = [init(record, x, out, name, root) for x, out in zip(xs, outs)]
+    user = np.zeros(1, np.int64)
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    wrong = []
+    for start in range(4):
+        for i, x in enumerate(xs):
+            x[...] = sample(comm.rank, x.size, np.float64, Op.SUM,
+                            100 * start + i).reshape(x.shape)
+        pristine = [x.copy() for x in xs]
+        expected = [blocking(record, x.copy(), name, root) for x in pristine]
+        pyar.start_all(requests)
+        pending = pyar.iallreduce(np.full(5, comm.rank, np.int64))      # in flight meanwhile
+        if start % 2:
+            blocking(record, pristine[0].copy(), name, root)            # a blocking call
+        comm.Sendrecv(np.array([start], np.int64), right, 3, user, left, 3)     # user traffic
+        got = {}
+        for i in np.random.default_rng(comm.rank + start).permutation(len(requests)):
+            result = requests[i].wait()
+            got[i] = None if result is None else np.array(result, copy=True)
+        if not np.array_equal(pending.wait(timeout=WAIT),
+                              np.full(5, sum(range(comm.size)), np.int64)):
+            wrong.append(f"start {start}: the nonblocking call in between")
+        wrong += [f"start {start}: request {i}" for i in range(len(xs))
+                  if not same(got[i], None if expected[i] is None else np.asarray(expected[i]))]
+        if record.name != "bcast":
+            wrong += [f"start {start}: x {i} written" for i in range(2)
+                      if not np.array_equal(xs[i], pristine[i])]
+    for request in requests:
+        request.free()
+    agree(comm, not wrong, f"{collective} {name}: {wrong[:4]}")
+
+
+def test_arguments_that_differ_at_init_are_a_mismatch_on_every_rank(comm):
+    """A rank whose request has another count (or op) raises MismatchError at init, as every
+    rank does, before any message: the communicator stays usable."""
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    c = pyar.Comm(comm)
+    odd = comm.size - 1
+    errors = []
+    for x, op in [(np.ones(5 if comm.rank == odd else 4), "sum"),
+                  (np.ones(4), "max" if comm.rank == odd else "sum")]:
+        try:
+            pyar.allreduce_init(x, x, op=op, comm=c, timeout=WAIT)
+            errors.append(None)
+        except pyar.MismatchError as e:
+            errors.append(e)
+    agree(comm, all(isinstance(e, pyar.MismatchError) for e in errors), repr(errors))
+    with pyar.allreduce_init(np.ones(4), comm=c, timeout=WAIT) as request:
+        request.start()
+        agree(comm, np.array_equal(request.wait(), np.full(4, comm.size)))
+    c.free()
+
+
+def test_requests_started_in_another_order_are_a_mismatch(comm):
+    """Rank 0 starts A then B, the others B then A: a MismatchError (not a hang, not each
+    other's data), and the communicator is unusable afterwards on every rank."""
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    c = pyar.Comm(comm)
+    a, b = pyar.allreduce_init(np.ones(4), comm=c, timeout=WAIT), \
+        pyar.allreduce_init(np.ones(8), comm=c, timeout=WAIT)
+    first, second = (a, b) if comm.rank == 0 else (b, a)
+    error = None
+    try:
+        first.start()
+        second.start()
+        first.wait()
+        second.wait()
+    except pyar.PyarError as e:
+        error = e
+    later = None
+    try:
+        pyar.allreduce(np.ones(3), comm=c, timeout=WAIT)
+    except pyar.PyarError as e:
+        later = e
+    agree(comm, isinstance(error, pyar.PyarError) and isinstance(later, pyar.PyarError)
+          and "unusable" in str(later), f"{error!r}, then {later!r}")
+
+
+def test_a_start_the_others_make_late_times_out_and_a_wait_may_time_out_alone(comm):
+    """Rank 0 waits 0.2 s for a start the others make 0.6 s late: TimeoutError from the wait,
+    the request still active, then complete when waited for again. Later rank 0 starts
+    alone with the request's own timeout 0.3 s: TimeoutError, and the communicator is
+    unusable."""
+    import time
+
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    c = pyar.Comm(comm)
+    x = np.arange(6, dtype=np.float64) + comm.rank
+    with pyar.allreduce_init(x, algorithm="ring", comm=c) as request:
+        if comm.rank != 0:
+            time.sleep(0.6)
+        request.start()
+        first = None
+        if comm.rank == 0:
+            try:
+                request.wait(timeout=0.2)
+            except pyar.TimeoutError as e:
+                first = e
+        active = request.active
+        result = request.wait(timeout=WAIT)
+    want = np.arange(6, dtype=np.float64) * comm.size + sum(range(comm.size))
+    agree(comm, np.array_equal(result, want) and (comm.rank != 0 or (
+        isinstance(first, pyar.TimeoutError) and active)), f"first {first!r}")
+    comm.Barrier()
+    pair = comm.Split(0 if comm.rank < 2 else 1, comm.rank)
+    ok = True
+    if comm.rank < 2:
+        alone = pyar.allreduce_init(x, comm=pair, timeout=0.3)
+        if comm.rank == 0:
+            alone.start()
+            try:
+                alone.wait()
+                ok = False
+            except pyar.TimeoutError as e:
+                ok = "waited for rank 1" in str(e) or "gave up" in str(e)
+    comm.Barrier()
+    agree(comm, ok, "rank 0's lone start did not time out")
+
+
+def test_a_request_s_states_are_checked(comm):
+    """Starting an active request, waiting for one not started, using a freed one: clear
+    errors; a request frees itself at the end of a with block, waiting for an active start
+    first; free is idempotent."""
+    x = np.ones(3)
+    request = pyar.allreduce_init(x, comm=comm)
+    errors = []
+    for action in (request.wait, request.test):
+        try:
+            action()
+        except pyar.PyarError as e:
+            errors.append("not started" in str(e))
+    request.start()
+    try:
+        request.start()
+    except pyar.PyarError as e:
+        errors.append("active" in str(e))
+    result = request.wait()
+    request.start()
+    request.free()              # waits for the active start first
+    request.free()
+    for action in (request.start, request.wait):
+        try:
+            action()
+        except pyar.PyarError as e:
+            errors.append("freed" in str(e))
+    with pyar.allreduce_init(x, x, comm=comm) as inside:
+        inside.start()
+    agree(comm, errors == [True] * 5 and np.array_equal(result, np.full(3, comm.size))
+          and not inside.active and np.array_equal(x, np.full(3, comm.size)), repr(errors))
+
+
+def test_bad_arguments_raise_at_init(comm):
+    with pytest.raises(TypeError, match="numpy array"):
+        pyar.allreduce_init([1, 2, 3], comm=comm)
+    with pytest.raises(ValueError, match="out must have"):
+        pyar.allreduce_init(np.ones(3), np.ones(4), comm=comm)
+    with pytest.raises(ValueError, match="timeout must be"):
+        pyar.allreduce_init(np.ones(3), comm=comm, timeout=-1)
+    with pytest.raises(ValueError, match="root must be a rank"):
+        pyar.reduce_init(np.ones(3), root=comm.size, comm=comm)
+
+
+def test_a_request_waited_for_in_another_thread(comm):
+    """A request started in the main thread is waited for in another; a blocking call on its
+    communicator from a third thread while the start is being made is no concern of the
+    request (the start holds the call token only while it starts)."""
+    x = np.arange(4, dtype=np.float64) + comm.rank
+    got = {}
+    with pyar.allreduce_init(x, comm=comm, timeout=WAIT) as request:
+        for round in range(3):
+            request.start()
+            worker = threading.Thread(target=lambda: got.setdefault(round, request.wait()
+                                                                    .copy()))
+            worker.start()
+            worker.join(WAIT)
+    want = np.arange(4, dtype=np.float64) * comm.size + sum(range(comm.size))
+    agree(comm, all(np.array_equal(got.get(r), want) for r in range(3)), repr(got))
+
+
+def test_torch_tensors_run_persistent(comm):
+    """A persistent request on torch CPU tensors: in place, the tensor itself comes back."""
+    torch = pytest.importorskip("torch")
+    t = torch.full((5,), float(comm.rank + 1))
+    with pyar.allreduce_init(t, t, comm=comm) as request:
+        for step in range(3):
+            t.fill_(float(comm.rank + step))
+            request.start()
+            result = request.wait()
+            agree(comm, result is t and torch.equal(t, torch.full(
+                (5,), float(sum(range(comm.size)) + step * comm.size))), repr(t))

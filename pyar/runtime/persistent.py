@@ -116,8 +116,8 @@ class Persistent:
         self.plan = self.engine = None
         self.seq, self.seen, self.fresh = 0, None, False
         # the ranks agree at a persistent request's init (a numbered call of its own, as
-        # MPI_Allreduce_init is collective), and at a call's first start where its plan is
-        # compiled now, which every rank does at the same call (numbered here: that start's)
+        # MPI_Allreduce_init is collective), and at a call's where its plan is compiled now,
+        # which every rank does at the same call (numbered here, for its start)
         agree = kind == "own" or name != LIBRARY and not calls.is_compiled(
             c, record.name, name, count, root)
         self.numbered = None
@@ -125,11 +125,13 @@ class Persistent:
             if kind == "own":
                 init = (f"{record.name}_init", *call[1:])
                 c.next_tag((notice.fingerprint(init), init))
+                self.began = self._record(c, (init[0], *self.sig[1:]))
                 checking = init
-            elif agree or c.check:
+            else:               # a call's request: numbered for the start that follows
                 self.numbered = c.next_tag(self.entry)
+                self.began = self._record(c, self.sig)
                 checking = call
-            if c.check and (kind == "own" or self.numbered is not None):  # PYAR_CHECK: first
+            if c.check:                 # PYAR_CHECK: before anything else
                 c.check_call(checking, progress.deadline_of(self.timeout), self._what(c.seq))
             try:        # out's checks: agreed with the others (it writes out)
                 work, refused = self._prepare(x, out), None
@@ -144,11 +146,26 @@ class Persistent:
                              refused, call)
             if refused is not None:
                 raise refused
-        except BaseException:   # before any message, as every rank learnt (agreed): the
-            if (kind == "own" or self.numbered is not None) and c.broken is None:  # number
-                c.recent[c.seq % notice.RECENT] = (1, None)                      # is left
-            raise                                                                # with no call
-        self._bind(x, out, work)
+        except BaseException as e:  # before any message, as every rank learnt (agreed): the
+            if c.broken is None:    # number is left with no call
+                c.recent[c.seq % notice.RECENT] = (1, None)
+            if isinstance(e, PyarError):
+                recorder.failed(self.began, e)
+            raise
+        try:
+            self._bind(x, out, work)
+        except BaseException as e:  # mid-way (its mailboxes are carved collectively)
+            c.abandon(self._what(c.seq), e)
+            recorder.failed(self.began, e)
+            raise
+        if self.began is not None and kind == "own":
+            self.began[_ENDED] = _clock()
+
+    def _record(self, c: Comm, sig: tuple):
+        """The flight recorder's record of call number ``c.seq`` (None if nothing records)."""
+        if c.recorder is None and progress.hook is None:
+            return None
+        return recorder.enter(c.recorder, c.seq, sig, self.asked)
 
     def _prepare(self, x, out):
         """The buffers for ``x`` and ``out`` (the record's :meth:`prepare`): data not filled
@@ -219,18 +236,19 @@ class Persistent:
         tag = self.numbered
         if tag is None:
             tag = c.next_tag(self.entry)
+            self.began = self._record(c, self.sig)
             if c.check:                 # PYAR_CHECK: before any message (else at the init)
                 try:
                     c.check_call(self.call, progress.deadline_of(self.timeout),
                                  self._what(c.seq))
-                except BaseException:
+                except BaseException as e:
                     c.recent[c.seq % notice.RECENT] = (1, None)
+                    if isinstance(e, PyarError):
+                        recorder.failed(self.began, e)
                     raise
         else:
-            self.numbered = None        # (numbered by the init, which agreed on it)
+            self.numbered = None        # (numbered and recorded by the init, which agreed)
         self.seq = seq = c.seq
-        self.began = recorder.enter(c.recorder, seq, self.sig, self.asked) \
-            if c.recorder is not None or progress.hook is not None else None
         engine = self.engine
         self.state = ACTIVE
         try:

@@ -264,7 +264,7 @@ class Plan:
                 resident = self.resident(comm, dtype, reduction, call)
                 return Engine(_resident_launch(resident), _native(resident),
                               before=loader(resident.data, data),
-                              after=loader(data, resident.data))
+                              after=loader(data, resident.data), resident=resident)
             if kind == "bound":
                 resident = self.bind(comm, data, reduction, call, source)
             else:       # its own mailboxes; where some message has none, the general path
@@ -273,13 +273,16 @@ class Plan:
                     pool.channels(self.spans, dtype.itemsize)   # others in flight may have)
                 resident = None if channels is None else Resident(
                     self, comm, dtype, reduction, data, channels, call, source)
-                if resident is None or resident.program is None:
+                native = np.array([resident is not None and resident.program is not None],
+                                  np.int64)     # on every rank (the pairs must agree), or none
+                shm.bounded(comm.Iallreduce(MPI.IN_PLACE, native, MPI.MIN), native)
+                if not native[0]:
                     if resident is not None:
                         resident.free()
                     return self._general(comm, data, fold, source, kind)
                 self._bound.add(resident)
             return Engine(_resident_launch(resident), _native(resident),
-                          resident.source is not None, free=resident.free)
+                          resident.source is not None, free=resident.free, resident=resident)
         if kind == "own":
             stream, pool = None, shm.pool_of(comm)
             channels = None if pool is None else pool.streams(
@@ -317,14 +320,16 @@ class Engine:
     itself (a Resident's source row; the out-of-place variant's steps, a Stream's or not);
     ``before()`` and ``after()``, if not None, run before a call and after it completes
     (a staged Resident's copies in and out, a shared Stream's rows pointed at data);
-    ``free()`` releases what it holds alone."""
+    ``free()`` releases what it holds alone; ``resident`` is the Resident it runs, if
+    any."""
 
-    __slots__ = ("launch", "program", "fills", "before", "after", "free")
+    __slots__ = ("launch", "program", "fills", "before", "after", "free", "resident")
 
     def __init__(self, launch, program=None, fills=False, before=None, after=None,
-                 free=None):
+                 free=None, resident=None):
         self.launch, self.program, self.fills = launch, program, fills
         self.before, self.after, self.free = before, after, free or _nothing
+        self.resident = resident
 
 
 def _nothing():

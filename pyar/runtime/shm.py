@@ -217,7 +217,7 @@ class Pool:
         pairs = [piece, *chain(*sorted(out.items())), -1, *chain(*sorted(into.items()))]
         mine = np.array([0 if remote or not streamable else _digest(pairs)], np.int64)
         keys = np.empty(len(self.segments), np.int64)
-        _bounded(self.node.Iallgather(mine, keys), (mine, keys))
+        bounded(self.node.Iallgather(mine, keys), (mine, keys))
         if not keys.all():
             return None
         key = keys.tobytes()
@@ -243,14 +243,14 @@ class Pool:
         for peer, sizes in out.items():
             table[self.local[peer], 2] = _digest(sizes)
         fits = np.array([mine_at <= len(mine)], np.int64)
-        _bounded(self.node.Iallreduce(MPI.IN_PLACE, fits, MPI.MIN), fits)
+        bounded(self.node.Iallreduce(MPI.IN_PLACE, fits, MPI.MIN), fits)
         if not fits[0]:
             return None
         mine[self.used:mine_at] = 0
         start, self.used = self.used, mine_at
         self.win.Sync()
         theirs = np.empty_like(table)
-        _bounded(self.node.Ialltoall(table, theirs), (table, theirs))  # (where my channel
+        bounded(self.node.Ialltoall(table, theirs), (table, theirs))  # (where my channel
         self.win.Sync()             # to them starts, what they expect from me, what they send me)
         # a pair whose ranks disagree on its messages (the ranks' plans differ) goes through
         # MPI: a message of another size is reported by its receiver
@@ -261,7 +261,7 @@ class Pool:
                 for p, sizes in into.items() if theirs[self.local[p], 2] == _digest(sizes)}
         if whole:
             agreed = np.array([len(out) + len(into) == wanted], np.int64)
-            _bounded(self.node.Iallreduce(MPI.IN_PLACE, agreed, MPI.MIN), agreed)
+            bounded(self.node.Iallreduce(MPI.IN_PLACE, agreed, MPI.MIN), agreed)
             if not agreed[0]:
                 self.used = start
                 return None
@@ -281,10 +281,10 @@ class Pool:
             self.node.Free()
 
 
-def _bounded(request, buffers) -> None:
-    """Wait for a carving's collective ``request`` until PYAR_TIMEOUT (as agreed) at most: a
-    rank whose plan needs mailboxes the others' do not (another element size) must not
-    wait for ever."""
+def bounded(request, buffers) -> None:
+    """Wait for a set-up's collective ``request`` (a carving's, or a persistent request's
+    choice of engine) until PYAR_TIMEOUT (as agreed) at most: a rank whose plan needs
+    mailboxes the others' do not (another element size) must not wait for ever."""
     timeout = settings.current().timeout
     try:
         progress.wait_for(request.Test, progress.deadline_of(timeout), lambda waited:

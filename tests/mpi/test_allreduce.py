@@ -145,8 +145,8 @@ def test_small_messages_repeat_on_resident_and_bound_buffers(comm):
             check_against_mpi(comm, result, original, op, f"call {i}: {form}")
         except AssertionError as e:
             failures.append(str(e))
-    bound = [r.out is same and r.engine.program is not None
-             and np.shares_memory(r.engine.program.data, same)
+    bound = [r.out is same and r.engine.resident is not None
+             and np.shares_memory(r.engine.resident.data, same)
              for r in persistent._cache.values() if r.x is not None and r.x.shape == shape]
     agree(comm, not failures, "; ".join(failures[:2]))
     agree(comm, any(bound), "no repeat ran on the caller's out bound to persistent requests")
@@ -175,7 +175,7 @@ def test_a_repeated_out_is_bound_and_x_is_read_afresh_each_call(comm):
         except AssertionError as e:
             failures.append(str(e))
     agree(comm, not failures, "; ".join(failures[:2]))
-    bound = [r.engine.program for r in persistent._cache.values() if r.out is out]
+    bound = [r.engine.resident for r in persistent._cache.values() if r.out is out]
     agree(comm, bound and bound[0] is not None and np.shares_memory(bound[0].data, out),
           "the plan's Resident was not bound to out")
 

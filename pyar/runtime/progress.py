@@ -48,6 +48,8 @@ STALL_POLL = 1e-3           # seconds between a stalled wait's calls of on_stall
 OPEN: list = []             # runs in flight (nonblocking collectives not yet complete)
 ABANDONED: list = []        # contexts (buffers) of failed runs: MPI may still write there
 SPINS = 64                  # polls before a waiting rank starts to yield its core
+NAPPING_SPINS = 4           # the same on an oversubscribed node (a poll there holds the core
+                            # a peer needs: a run's poll costs ~1 us of Python)
 NAP = 5e-5                  # seconds a wait then sleeps between polls, where napping is set,
 NAP_AFTER = 2e-4            # once it has yielded this long (the peer is not about to come)
 napping = False             # set once a node turned out oversubscribed (.shm.Pool): a yield
@@ -197,10 +199,17 @@ class Run:
             own = self.deadline
             if own is not None:
                 deadline = own if deadline is None else min(deadline, own)
+            with _lock:     # advanced by this wait alone meanwhile (not also by its passes
+                waited = self in OPEN           # over the runs in flight: on a busy node,
+                if waited:                      # a poll is the core's time a peer needs)
+                    OPEN.remove(self)
             try:
                 wait_for(self.progress, deadline, self.stalled)
             except TimeoutError as e:     # this wait's deadline, not the call's: in flight
                 if e.failed_rank is None and (own is None or _monotonic() < own):
+                    if waited and not self.done:
+                        with _lock:
+                            OPEN.append(self)
                     raise
                 self.fail(e)
             except BaseException as e:
@@ -241,7 +250,7 @@ def wait_for(test, deadline, stalled) -> None:
         if OPEN:
             progress_open()
         spins += 1
-        if spins < SPINS:
+        if spins < (NAPPING_SPINS if napping else SPINS):
             continue
         now = _monotonic()
         if began is None:

@@ -121,8 +121,8 @@ def test_arguments_that_differ_at_init_are_a_mismatch_on_every_rank(comm):
 
 
 def test_requests_started_in_another_order_are_a_mismatch(comm):
-    """Rank 0 starts A then B, the others B then A: a MismatchError (not a hang, not each
-    other's data), and the communicator is unusable afterwards on every rank."""
+    """Rank 0 starts A then B, the others B then A: an error (not a hang, not each other's
+    data) on every rank, and an error from every later call on that communicator."""
     if comm.size == 1:
         pytest.skip("needs another rank")
     c = pyar.Comm(comm)
@@ -142,8 +142,8 @@ def test_requests_started_in_another_order_are_a_mismatch(comm):
         pyar.allreduce(np.ones(3), comm=c, timeout=WAIT)
     except pyar.PyarError as e:
         later = e
-    agree(comm, isinstance(error, pyar.PyarError) and isinstance(later, pyar.PyarError)
-          and "unusable" in str(later), f"{error!r}, then {later!r}")
+    agree(comm, isinstance(error, pyar.PyarError) and isinstance(later, pyar.PyarError),
+          f"{error!r}, then {later!r}")     # (later: unusable, or the peer's failure told)
 
 
 def test_a_start_the_others_make_late_times_out_and_a_wait_may_time_out_alone(comm):

@@ -231,7 +231,8 @@ class Persistent:
             c.leave()
 
     def _start(self, c: Comm) -> None:
-        if c.broken is not None:
+        if c.broken is not None:    # a peer's failure told meanwhile is raised first, once
+            c.notice.receive(True)
             c.check_usable()
         tag = self.numbered
         if tag is None:

@@ -5,9 +5,10 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
+import pyar
 from pyar.runtime.library import wraps
 from pyar.core.ops import DTYPES, Op, is_float
-from pyar.verify import describe, library_reference, mismatches
+from pyar.verify import describe, library_reference, mismatches, sample
 
 
 def agree(comm, ok, message=""):
@@ -73,3 +74,24 @@ def check_against_mpi(comm, result, x, op, what="", identical=True, library=Fals
     if votes[1] != -votes[2]:
         raise AssertionError(f"rank {comm.rank}: {what}: result differs bitwise between ranks "
                              f"(crc32 here {digest:#010x})")
+
+
+# collective calls by record, for the tests that run every collective and algorithm
+
+def inputs(record, comm, count, seed):
+    """x for ``record`` (a block's ``count`` elements per rank where it is blocked)."""
+    shape, _ = record.shapes(comm.size, count)
+    return sample(comm.rank, int(np.prod(shape)), np.float64, Op.SUM, seed).reshape(shape)
+
+
+def call(record, x, algorithm, nonblocking, root):
+    if record.name == "barrier":
+        return (pyar.ibarrier if nonblocking else pyar.barrier)(algorithm=algorithm)
+    return pyar.collective(record.name, x, root=root if record.rooted else 0,
+                           algorithm=algorithm, nonblocking=nonblocking)
+
+
+def same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and a.tobytes() == b.tobytes()

@@ -10,32 +10,11 @@ import pytest
 import pyar
 from pyar.algorithms import algorithm
 from pyar.collectives import records
-from pyar.core.ops import Op
-from pyar.verify import sample
 
-from checks import agree
+from checks import agree, call, inputs, same
 
 CASES = [(r.name, a) for r in records() for a in pyar.algorithms(r.name)
          if a == "mpi" or algorithm(a, r.name).auto]     # the built-ins, not the tests' own
-
-
-def inputs(record, comm, count, seed):
-    """x for ``record`` (a block's ``count`` elements per rank where it is blocked)."""
-    shape, _ = record.shapes(comm.size, count)
-    return sample(comm.rank, int(np.prod(shape)), np.float64, Op.SUM, seed).reshape(shape)
-
-
-def call(record, x, algorithm, nonblocking, root):
-    if record.name == "barrier":
-        return (pyar.ibarrier if nonblocking else pyar.barrier)(algorithm=algorithm)
-    return pyar.collective(record.name, x, root=root if record.rooted else 0,
-                           algorithm=algorithm, nonblocking=nonblocking)
-
-
-def same(a, b) -> bool:
-    if a is None or b is None:
-        return a is b
-    return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 @pytest.mark.sweep

@@ -14,23 +14,11 @@ from pyar.collectives import collective as record_of, records
 from pyar.core.ops import Op
 from pyar.verify import sample
 
-from checks import agree
+from checks import agree, call, inputs, same
 
 CASES = [(r.name, a) for r in records() for a in pyar.algorithms(r.name)
          if a == "mpi" or algorithm(a, r.name).auto]     # the built-ins, not the tests' own
 WAIT = 60
-
-
-def inputs(record, comm, count, seed):
-    """x for ``record`` (a block's ``count`` elements per rank where it is blocked)."""
-    shape, _ = record.shapes(comm.size, count)
-    return sample(comm.rank, int(np.prod(shape)), np.float64, Op.SUM, seed).reshape(shape)
-
-
-def blocking(record, x, name, root):
-    if record.name == "barrier":
-        return pyar.barrier(algorithm=name)
-    return pyar.collective(record.name, x, root=root if record.rooted else 0, algorithm=name)
 
 
 def init(record, x, out, name, root):
@@ -44,12 +32,6 @@ def init(record, x, out, name, root):
     if not record.out_of_place:         # bcast: in place by definition
         return make(x, **kwargs)
     return make(x, out, **kwargs)
-
-
-def same(a, b) -> bool:
-    if a is None or b is None:
-        return a is b
-    return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 @pytest.mark.sweep
@@ -75,11 +57,11 @@ def test_many_starts_interleaved_with_other_calls_equal_the_blocking_calls(comm,
             x[...] = sample(comm.rank, x.size, np.float64, Op.SUM,
                             100 * start + i).reshape(x.shape)
         pristine = [x.copy() for x in xs]
-        expected = [blocking(record, x.copy(), name, root) for x in pristine]
+        expected = [call(record, x.copy(), name, False, root) for x in pristine]
         pyar.start_all(requests)
         pending = pyar.iallreduce(np.full(5, comm.rank, np.int64))      # in flight meanwhile
         if start % 2:
-            blocking(record, pristine[0].copy(), name, root)            # a blocking call
+            call(record, pristine[0].copy(), name, False, root)         # a blocking call
         comm.Sendrecv(np.array([start], np.int64), right, 3, user, left, 3)     # user traffic
         got = {}
         for i in np.random.default_rng(comm.rank + start).permutation(len(requests)):

@@ -107,13 +107,20 @@ def test_a_pool_on_one_rank_counts_its_cores_and_is_not_oversubscribed():
 @pytest.mark.parametrize("napping", [False, True])
 def test_a_stalled_wait_naps_only_on_an_oversubscribed_node(monkeypatch, napping):
     """Past NAP_AFTER a wait sleeps NAP between polls where napping is set (a Pool found its
-    node oversubscribed); elsewhere it only yields, however long it waits."""
-    slept = []
+    node oversubscribed); elsewhere it only yields, however long it waits. The clock is a
+    stand-in that moves a tenth of NAP_AFTER a poll, so a busy machine cannot skew it."""
+    slept, yielded, ticks = [], [], iter(range(10**6))
     monkeypatch.setattr(progress, "napping", napping)
+    monkeypatch.setattr(progress, "on_stall", None)
     monkeypatch.setattr(progress, "_sleep", slept.append)
-    until = time.monotonic() + 20 * progress.NAP_AFTER
-    progress.wait_for(lambda: time.monotonic() > until, None, None)
-    assert (set(slept) == {progress.NAP}) if napping else not slept
+    monkeypatch.setattr(progress, "_yield", lambda: yielded.append(1))
+    monkeypatch.setattr(progress, "_monotonic", lambda: next(ticks) * progress.NAP_AFTER / 10)
+    polls = iter(range(progress.SPINS + 100))
+    progress.wait_for(lambda: next(polls) == progress.SPINS + 99, None, None)
+    if napping:
+        assert set(slept) == {progress.NAP} and len(slept) > 50 and 0 < len(yielded) <= 11
+    else:
+        assert not slept and len(yielded) == 100
 
 
 def test_the_saturation_probe_agrees_with_one_overflow_the_library_folds_itself():

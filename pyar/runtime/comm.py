@@ -220,9 +220,14 @@ class Comm:
                             f"of step (make a new communicator)")
 
     def abandon(self, what: str, error: BaseException) -> None:
-        """A call (``what``) failed after its first message: no later call may run on it."""
+        """A call (``what``) failed after its first message: no later call may run on it.
+        Where the failure is this rank's own, its other calls in flight on it fail too (they
+        cannot count on peers out of step); a peer's failure, told, leaves them to complete
+        (that peer completed the calls before its failed one)."""
         if self.broken is None:
             self.broken = f"{what} failed mid-way ({type(error).__name__}: {error})"
+            if getattr(error, "failed_rank", None) is None:
+                progress.stop(self, error)
             self._retire()
             self.notice.tell(what, error)       # so that the others raise too
 

@@ -46,6 +46,8 @@ _listeners: list = []       # what :func:`listen` put on the hook
 on_stall = None             # on_stall(seconds waited): a stalled wait's duty (notice.poll)
 STALL_POLL = 1e-3           # seconds between a stalled wait's calls of on_stall
 OPEN: list = []             # runs in flight (nonblocking collectives not yet complete)
+WAITED: list = []           # runs being waited for (out of OPEN meanwhile: advanced by
+                            # their wait alone)
 ABANDONED: list = []        # contexts (buffers) of failed runs: MPI may still write there
 SPINS = 64                  # polls before a waiting rank starts to yield its core
 NAPPING_SPINS = 4           # the same on an oversubscribed node (a poll there holds the core
@@ -203,6 +205,7 @@ class Run:
                 waited = self in OPEN           # over the runs in flight: on a busy node,
                 if waited:                      # a poll is the core's time a peer needs)
                     OPEN.remove(self)
+                WAITED.append(self)
             try:
                 wait_for(self.progress, deadline, self.stalled)
             except TimeoutError as e:     # this wait's deadline, not the call's: in flight
@@ -214,6 +217,9 @@ class Run:
                 self.fail(e)
             except BaseException as e:
                 self.fail(e)
+            finally:
+                with _lock:
+                    WAITED.remove(self)
         if OPEN and self in OPEN:       # (complete: out of flight now, not at the next pass)
             with _lock:
                 if self in OPEN:
@@ -269,6 +275,18 @@ def wait_for(test, deadline, stalled) -> None:
                 if stalled is not None and e.waiting is None:
                     e.waiting = stalled(now - began)
                 raise
+
+
+def stop(comm, error: BaseException) -> None:
+    """Fail every run in flight on ``comm`` (its :attr:`Run.record`'s), made unusable by
+    ``error`` (another of its calls failed mid-way): its ranks are out of step, so no run
+    there can count on its peers any more. Each fails with an error of ``error``'s class
+    naming both calls; a wait on one returns at its next poll."""
+    kind = type(error) if isinstance(error, PyarError) else PyarError
+    with _lock:
+        for run in [*OPEN, *WAITED]:
+            if run.error is None and run.record is not None and run.record[1] is comm:
+                run.fail(kind(f"{run.what} stopped: {comm.broken}"))
 
 
 def progress_open() -> None:

@@ -133,8 +133,9 @@ def caller():
 def enter(rec: Recorder | None, seq: int, fingerprint: tuple, asked: str) -> list:
     """Record that call ``seq`` (this one) began (``asked``: its algorithm argument); the
     record (the oldest slot of ``rec``'s ring, overwritten; a new one if ``rec`` is None:
-    for the hook's listeners)."""
-    f = _getframe(1)
+    for the hook's listeners). Its caller is on the call path, so the search for the
+    user's frame begins past it."""
+    f = _getframe(2)
     while f.f_back is not None and f.f_code.co_filename in _INSIDE:
         f = f.f_back
     if rec is None:

@@ -259,7 +259,7 @@ def test_pyar_model_prints_the_terms(tmp_path):
     path = write_tuning(tmp_path / "t.json", alpha=2e-6, beta=1e-9, gamma={"float32": 1e-10},
                         delta=1e-6)
     env = {**__import__("os").environ, "PYAR_TUNING_FILE": str(path)}
-    proc = model("-a", "ring,rabenseifner", "-n", "1024", "--bytes", "1M", env=env)
+    proc = model("-a", "ring,rabenseifner", "-N", "1024", "--bytes", "1M", env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"# parameters: {path}" in proc.stdout
     rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
@@ -278,7 +278,7 @@ def test_pyar_model_prints_the_terms(tmp_path):
 def test_pyar_model_costs_schedules_and_names_the_auto_choice(tmp_path):
     path = write_tuning(tmp_path / "t.json", alpha=1e-5, beta=1e-11, gamma={"int8": 1e-11})
     env = {**__import__("os").environ, "PYAR_TUNING_FILE": str(path)}
-    proc = model("-n", "6", "--bytes", "64", "-d", "int8", "--schedule", env=env)
+    proc = model("-N", "6", "--bytes", "64", "-d", "int8", "--schedule", env=env)
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")]
     assert [row[0] for row in rows] == tuner.candidates("allreduce")
@@ -377,7 +377,7 @@ def test_a_memo_miss_never_builds_a_schedule_for_a_builtin(tuning, monkeypatch):
 def test_pyar_model_costs_other_collectives_and_topologies(tmp_path):
     path = write_tuning(tmp_path / "t.json", alpha=1e-6, beta=1e-9, gamma={"float32": 1e-10})
     env = {**__import__("os").environ, "PYAR_TUNING_FILE": str(path)}
-    proc = model("--collective", "reduce_scatter", "-n", "16", "--bytes", "64K", env=env)
+    proc = model("--collective", "reduce_scatter", "-N", "16", "--bytes", "64K", env=env)
     assert proc.returncode == 0, proc.stderr
     rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
             if not line.startswith("#")}
@@ -386,7 +386,7 @@ def test_pyar_model_costs_other_collectives_and_topologies(tmp_path):
     n, m = 16, 64 << 10
     assert float(rows["ring"][3]) == pytest.approx((n - 1) / n * m * 1e-3, abs=0.01)   # beta us
     assert "# auto picks:" in proc.stdout
-    proc = model("-n", "12", "--ranks-per-node", "4", "--bytes", "4M", env=env)
+    proc = model("-N", "12", "--ranks-per-node", "4", "--bytes", "4M", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "# auto picks: hierarchical" in proc.stdout and "3 nodes of 4" in proc.stdout
-    assert "hierarchical" not in model("-n", "12", "--bytes", "4M", env=env).stdout
+    assert "hierarchical" not in model("-N", "12", "--bytes", "4M", env=env).stdout

@@ -102,7 +102,7 @@ def test_explain_double_binary_tree_at_8_ranks_adds_up(tmp_path, capsys):
 
 
 def test_the_readme_two_rank_example(tmp_path):
-    # README, "The model's port rule": ring of 1 KiB on 2 ranks, naive beside it
+    # docs/guides/research.md, "The port rule": ring of 1 KiB on 2 ranks, naive beside it
     params = tuner.load(machine(tmp_path))
     ring = cost.predict(pyar.schedule("ring", 2, 256), params)
     naive = cost.predict(pyar.schedule("naive", 2, 256), params)

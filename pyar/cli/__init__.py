@@ -51,7 +51,7 @@ def version(name: str) -> str:
 
 
 def _ranks_option(p, **kw) -> None:
-    p.add_argument("-N", "--ranks", dest="nranks", **kw)
+    p.add_argument("-N", "--ranks", dest="nranks", metavar="N", **kw)
 
 
 def _load_option(p) -> None:

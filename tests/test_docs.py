@@ -166,3 +166,13 @@ def test_the_site_builds_strict(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert (tmp_path / "site" / "index.html").is_file()
     assert (tmp_path / "site" / "api" / "index.html").read_text().count('class="doc ') > 20
+
+
+def test_every_pyar_variable_the_code_reads_is_in_the_settings_page():
+    read = set()
+    for path in (ROOT / "pyar").rglob("*.py"):
+        read |= set(re.findall(r"\bPYAR_[A-Z_]*[A-Z]\b", path.read_text()))
+    page = (ROOT / "docs" / "settings.md").read_text()
+    rows = set(re.findall(r"^\| `(PYAR_[A-Z_]+)` \|", page, re.M))
+    assert read - rows == set(), f"not on docs/settings.md: {sorted(read - rows)}"
+    assert rows - read == set(), f"on docs/settings.md, read nowhere: {sorted(rows - read)}"

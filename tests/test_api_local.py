@@ -190,7 +190,7 @@ def test_repeated_calls_honour_every_out_contract():
     lambda x: pyar.reduce(x), lambda x: pyar.bcast(x), lambda x: pyar.alltoall(x[None])],
     ids=["allreduce", "reduce_scatter", "allgather", "reduce", "bcast", "alltoall"])
 def test_a_non_native_byte_order_is_named_with_its_fix(call):
-    """Issue 17.4: '>f4' is float32 in the other byte order, which the supported list names."""
+    """'>f4' is float32 in the other byte order, which the supported list names."""
     with pytest.raises(TypeError, match=r"x has dtype >f4: non-native byte order; "
                                         r"use x.astype\('=f4'\)"):
         call(np.ones(3, ">f4"))
@@ -203,7 +203,7 @@ def test_a_non_native_byte_order_is_named_with_its_fix(call):
                                   lambda x: pyar.alltoall(x, x)],
                          ids=["allreduce", "reduce", "alltoall"])
 def test_a_read_only_x_worked_in_place_is_named_x(call):
-    """Issue 17.4: with ``out=x`` the read-only array is x (the message said "out")."""
+    """With ``out=x`` the read-only array is x (the message said "out")."""
     x = np.arange(4.0).reshape(1, 4)
     x.flags.writeable = False
     with pytest.raises(ValueError, match=r"^x is read-only, so the result cannot be written "

@@ -17,7 +17,7 @@ def test_info_names_versions_library_and_algorithms():
 
 
 def test_sim_reports_traffic_and_correctness():
-    proc = subprocess.run([sys.executable, "-m", "pyar", "sim", "-n", "16", "-c", "1600",
+    proc = subprocess.run([sys.executable, "-m", "pyar", "sim", "-N", "16", "--count", "1600",
                            "-a", "ring,naive"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
@@ -25,7 +25,7 @@ def test_sim_reports_traffic_and_correctness():
     assert rows["ring"][1:3] == ["30", str(2 * 15 * 100 * 4)]      # 2(N-1) steps, 2(N-1)/N*M
     assert rows["naive"][1:3] == ["2", str(15 * 1600 * 4)]
     assert rows["ring"][-1] == rows["naive"][-1] == "yes"
-    nodes = subprocess.run([sys.executable, "-m", "pyar", "sim", "-n", "16", "-c", "4096",
+    nodes = subprocess.run([sys.executable, "-m", "pyar", "sim", "-N", "16", "--count", "4096",
                             "-a", "ring,hierarchical", "--ranks-per-node", "4"],
                            capture_output=True, text=True, timeout=120)
     rows = {line.split()[0]: line.split() for line in nodes.stdout.splitlines()

@@ -1,5 +1,6 @@
-"""What a newcomer expects of the command line (issue 16.3): help without reStructuredText
-markup and on every flag; `pyar info` once under mpiexec, with a per-node summary."""
+"""What a newcomer expects of the command line: one meaning per short flag (docs/cli.md's
+table), help without reStructuredText markup and on every flag, ``--version``; `pyar info`
+once under mpiexec, with a per-node summary."""
 
 import argparse
 import re
@@ -19,6 +20,34 @@ def subcommands():
     parser = cli.build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return parser, sub.choices
+
+
+# docs/cli.md's table: each short flag's one meaning (its long form) in every subcommand
+SHORT = {"-h": "--help", "-N": "--ranks", "-a": "--algo", "-b": "--minbytes",
+         "-e": "--maxbytes", "-f": "--stepfactor", "-d": "--dtype", "-o": "--output",
+         "-v": "--verbose"}
+# pyar bench keeps nccl-tests' flags; -o is the one whose meaning differs there (the op)
+NCCL_TESTS = {**SHORT, "-n": "--iters", "-w": "--warmup", "-c": "--check", "-o": "--op"}
+
+
+@pytest.mark.parametrize("name", sorted(subcommands()[1]))
+def test_every_short_flag_means_what_the_table_says(name):
+    table = NCCL_TESTS if name == "bench" else SHORT
+    for action in subcommands()[1][name]._actions:
+        long = [f for f in action.option_strings if f.startswith("--")]
+        for flag in action.option_strings:
+            if not flag.startswith("--"):
+                assert [table.get(flag)] == long, \
+                    f"pyar {name} {flag} means {long}; the table says {table.get(flag)}"
+        if "--ranks" in long:
+            assert "-N" in action.option_strings, f"pyar {name} --ranks has no -N"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    assert re.fullmatch(r"pyar \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
 
 
 def test_the_markup_stripper_leaves_plain_words():

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import pyar
 from pyar import collectives
+from pyar import cli
 from pyar.cli import draw
 
 
@@ -60,15 +61,36 @@ def test_a_picture_is_written(tmp_path, suffix):
 def test_the_command(tmp_path, capsys):
     from pyar import cli
 
-    assert cli.main(["draw", "ring", "-n", "3", "--table"]) == 0
+    assert cli.main(["draw", "ring", "-N", "3", "--table"]) == 0
     assert "step 4: 0->1 [2:3)=" in capsys.readouterr().out
-    assert cli.main(["draw", "binomial", "-n", "5", "--collective", "bcast", "-c", "3",
+    assert cli.main(["draw", "binomial", "-N", "5", "--collective", "bcast", "--count", "3",
                      "-o", str(tmp_path / "b.png")]) == 0
     assert (tmp_path / "b.png").exists()
-    for args, words in ((["draw", "ring", "-n", "0"], "-n must be >= 1"),
-                        (["draw", "nosuch", "-n", "2", "--table"], "unknown allreduce"),
+    for args, words in ((["draw", "ring", "-N", "0"], "--ranks must be >= 1"),
+                        (["draw", "nosuch", "-N", "2", "--table"], "unknown allreduce"),
                         (["draw", "ring", "-o", "x.pdf"], ".png or .svg"),
-                        (["draw", "ring", "-n", "70", "--table"], "at most 62 ranks")):
+                        (["draw", "ring", "-N", "70", "--table"], "at most 62 ranks")):
         with pytest.raises(SystemExit) as e:
             cli.main(args)
         assert e.value.code == 2 and words in capsys.readouterr().err, args
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "double_binary_tree", "rabenseifner", "bruck"])
+def test_the_heatmap_counts_what_each_rank_sends_at_each_of_its_steps(algorithm):
+    collective = "allgather" if algorithm == "bruck" else "allreduce"
+    s = pyar.schedule(algorithm, 7, 30, collective=collective)
+    sent = draw.sent_per_step(s, itemsize=4)
+    for r in range(7):
+        mine = s.steps(r)
+        assert (sent[r, len(mine):] == 0).all()
+        for i, step in enumerate(mine):
+            assert sent[r, i] == 4 * sum(op.chunk.hi - op.chunk.lo for op in step.sends)
+
+
+def test_any_rank_count_draws_as_a_heatmap(tmp_path):
+    path = tmp_path / "ring.png"
+    assert cli.main(["draw", "ring", "-N", "200", "-o", str(path)]) == 0   # beyond the arrows
+    assert path.stat().st_size > 1000
+    small = tmp_path / "small.svg"
+    assert cli.main(["draw", "ring", "-N", "4", "--heatmap", "-o", str(small)]) == 0
+    assert small.read_text().startswith("<?xml")

@@ -70,7 +70,7 @@ def explained(out):
 def test_explain_ring_at_8_ranks_adds_up_by_hand(tmp_path, capsys):
     # 8 KiB of float32 in 8 blocks of 1 KiB: 14 steps of one message each (alpha 1 us,
     # 1024 B at 1 GB/s), 7 of them folding 1 KiB at 0.5 ns/B; delta 0, no rendezvous.
-    out = run(capsys, "model", "-a", "ring", "-n", 8, "--bytes", "8K", "--explain",
+    out = run(capsys, "model", "-a", "ring", "-N", 8, "--bytes", "8K", "--explain",
               "--machine", machine(tmp_path))
     events, total, rendezvous = explained(out)
     terms = [term for term, _ in events]
@@ -88,7 +88,7 @@ def test_explain_double_binary_tree_at_8_ranks_adds_up(tmp_path, capsys):
     # a pipelined, irregular path (two trees, 4 segments per half): the events still add up,
     # and each term's total is its count times its parameter
     m = machine(tmp_path, delta=2e-7, eager=4096, rendezvous=3e-6)
-    out = run(capsys, "model", "-a", "double_binary_tree", "-n", 8, "--bytes", "1M",
+    out = run(capsys, "model", "-a", "double_binary_tree", "-N", 8, "--bytes", "1M",
               "--explain", "--machine", m)
     events, total, rendezvous = explained(out)
     assert sum(plus for _, plus in events) + rendezvous == pytest.approx(total, abs=1e-2)
@@ -102,7 +102,7 @@ def test_explain_double_binary_tree_at_8_ranks_adds_up(tmp_path, capsys):
 
 
 def test_the_readme_two_rank_example(tmp_path):
-    # README, "The model's port rule": ring of 1 KiB on 2 ranks, naive beside it
+    # docs/guides/research.md, "The port rule": ring of 1 KiB on 2 ranks, naive beside it
     params = tuner.load(machine(tmp_path))
     ring = cost.predict(pyar.schedule("ring", 2, 256), params)
     naive = cost.predict(pyar.schedule("naive", 2, 256), params)
@@ -168,7 +168,7 @@ def test_flags_change_the_machine(tmp_path, capsys):
 
 def test_sweep_marks_the_fastest_and_the_crossovers(tmp_path, capsys):
     png = tmp_path / "sweep.png"
-    out = run(capsys, "model", "--sweep", "-n", "8,64", "-a", "recursive_doubling,ring",
+    out = run(capsys, "model", "--sweep", "-N", "8,64", "-a", "recursive_doubling,ring",
               "-b", "1K", "-e", "16M", "--machine", machine(tmp_path), "--plot", png)
     assert png.stat().st_size > 10_000
     blocks = out.split("# 64 ranks")
@@ -185,14 +185,14 @@ def test_sweep_marks_the_fastest_and_the_crossovers(tmp_path, capsys):
 def test_load_a_user_algorithm_in_sim_model_and_auto(tmp_path, capsys):
     algo = tmp_path / "my_algo.py"
     algo.write_text(TWO_SHOT)
-    out = run(capsys, "sim", "--load", algo, "-a", "two_shot,ring", "-n", 7, "-c", 100)
+    out = run(capsys, "sim", "--load", algo, "-a", "two_shot,ring", "-N", 7, "--count", 100)
     rows = {line.split()[0]: line.split() for line in out.splitlines()
             if not line.startswith("#")}
     assert rows["two_shot"][-1] == "yes" and rows["two_shot"][1] == "7"
-    bare = run(capsys, "sim", "--load", algo, "-a", "two_shot", "-n", 33, "-c", 99,
+    bare = run(capsys, "sim", "--load", algo, "-a", "two_shot", "-N", 33, "--count", 99,
                "--no-data")
     assert "two_shot" in bare and "(not checked)" in bare
-    model = run(capsys, "model", "--load", algo, "-n", 8, "--bytes", "64K")
+    model = run(capsys, "model", "--load", algo, "-N", 8, "--bytes", "64K")
     assert re.search(r"^\s+two_shot\s+[\d.]+.*schedule$", model, re.M)   # auto=True: a candidate
     assert "two_shot" in tuner.candidates("allreduce")
     # without auto=True it is not a candidate; and auto picks a user's algorithm where it wins

@@ -1,4 +1,4 @@
-"""The picture `make run` draws (issue 16.4): time and busbw against size, both variants,
+"""The picture `make run` draws: time and busbw against size, both variants,
 auto and the MPI library standing out, the x axis ending at the data, a title that says
 what ran."""
 

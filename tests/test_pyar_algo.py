@@ -1,4 +1,4 @@
-"""PYAR_ALGO's meaning (issue 16.3): NCCL_ALGO's. A bare name is that algorithm wherever a
+"""PYAR_ALGO's meaning: NCCL_ALGO's. A bare name is that algorithm wherever a
 collective has it and auto elsewhere; ``collective:name`` entries win over it; anything
 unknown, anywhere in the value, is one ValueError listing what is valid."""
 

@@ -1,4 +1,4 @@
-"""The thread rules in one process (issue 16.3; tests/mpi/test_threads.py has them across
+"""The thread rules in one process (tests/mpi/test_threads.py has them across
 ranks): a hook holds thread A inside a call, and what the main thread may do meanwhile."""
 
 import subprocess

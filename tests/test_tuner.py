@@ -223,16 +223,17 @@ def test_user_algorithms_join_auto_only_when_registered_with_auto(tuning, scratc
     assert "recursive_doubling" not in tuner.candidates("allreduce")
 
 
-def readme_example():
-    """Run the first code block of README.md's "Adding an algorithm"."""
-    section = (ROOT / "README.md").read_text().split("\n## Adding an algorithm\n")[1]
+def guide_example():
+    """Run the first code block of the research guide's "Adding an algorithm"."""
+    guide = ROOT / "docs" / "guides" / "research.md"
+    section = guide.read_text().split("\n## Adding an algorithm\n")[1]
     code = section.split("\n## ")[0].split("```python\n")[1].split("```")[0]
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, str(guide), "exec"), {})
 
 
-def test_the_readmes_algorithm_is_seen_everywhere(tuning, scratch_registry):
+def test_the_guides_algorithm_is_seen_everywhere(tuning, scratch_registry):
     params = tuning("any", alpha=1e-5, beta=1e-11, gamma={"float32": 1e-11})
-    readme_example()
+    guide_example()
     n, count = 8, 64
     s = pyar.schedule("doubling", n, count)
     inputs = [np.arange(count, dtype=np.float32) + 1000 * (r + 1) for r in range(n)]
@@ -259,7 +260,7 @@ def test_pyar_model_prints_the_terms(tmp_path):
     path = write_tuning(tmp_path / "t.json", alpha=2e-6, beta=1e-9, gamma={"float32": 1e-10},
                         delta=1e-6)
     env = {**__import__("os").environ, "PYAR_TUNING_FILE": str(path)}
-    proc = model("-a", "ring,rabenseifner", "-n", "1024", "--bytes", "1M", env=env)
+    proc = model("-a", "ring,rabenseifner", "-N", "1024", "--bytes", "1M", env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"# parameters: {path}" in proc.stdout
     rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
@@ -278,7 +279,7 @@ def test_pyar_model_prints_the_terms(tmp_path):
 def test_pyar_model_costs_schedules_and_names_the_auto_choice(tmp_path):
     path = write_tuning(tmp_path / "t.json", alpha=1e-5, beta=1e-11, gamma={"int8": 1e-11})
     env = {**__import__("os").environ, "PYAR_TUNING_FILE": str(path)}
-    proc = model("-n", "6", "--bytes", "64", "-d", "int8", "--schedule", env=env)
+    proc = model("-N", "6", "--bytes", "64", "-d", "int8", "--schedule", env=env)
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")]
     assert [row[0] for row in rows] == tuner.candidates("allreduce")
@@ -377,7 +378,7 @@ def test_a_memo_miss_never_builds_a_schedule_for_a_builtin(tuning, monkeypatch):
 def test_pyar_model_costs_other_collectives_and_topologies(tmp_path):
     path = write_tuning(tmp_path / "t.json", alpha=1e-6, beta=1e-9, gamma={"float32": 1e-10})
     env = {**__import__("os").environ, "PYAR_TUNING_FILE": str(path)}
-    proc = model("--collective", "reduce_scatter", "-n", "16", "--bytes", "64K", env=env)
+    proc = model("--collective", "reduce_scatter", "-N", "16", "--bytes", "64K", env=env)
     assert proc.returncode == 0, proc.stderr
     rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
             if not line.startswith("#")}
@@ -386,7 +387,7 @@ def test_pyar_model_costs_other_collectives_and_topologies(tmp_path):
     n, m = 16, 64 << 10
     assert float(rows["ring"][3]) == pytest.approx((n - 1) / n * m * 1e-3, abs=0.01)   # beta us
     assert "# auto picks:" in proc.stdout
-    proc = model("-n", "12", "--ranks-per-node", "4", "--bytes", "4M", env=env)
+    proc = model("-N", "12", "--ranks-per-node", "4", "--bytes", "4M", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "# auto picks: hierarchical" in proc.stdout and "3 nodes of 4" in proc.stdout
-    assert "hierarchical" not in model("-n", "12", "--bytes", "4M", env=env).stdout
+    assert "hierarchical" not in model("-N", "12", "--bytes", "4M", env=env).stdout

@@ -1,6 +1,6 @@
 """Naive allreduce: every rank sends to rank 0, which reduces and sends the result back.
 
-The seed's central aggregator (2.1): a linear reduce to rank 0 followed by a
+The central aggregator: a linear reduce to rank 0 followed by a
 linear broadcast.
 
 Steps: 2 on every rank. Bytes sent: rank 0 sends ``(N-1)*M``, the others

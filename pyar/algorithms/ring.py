@@ -1,4 +1,4 @@
-"""Ring allreduce: a ring reduce-scatter followed by a ring allgather (seed 2.2).
+"""Ring allreduce: a ring reduce-scatter followed by a ring allgather.
 
 The buffer is cut into ``N`` blocks as numpy.array_split cuts it. In the
 reduce-scatter each rank passes one block to its right neighbour per step

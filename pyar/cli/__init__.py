@@ -11,6 +11,7 @@ import argparse
 import importlib
 import re
 import sys
+from importlib.metadata import PackageNotFoundError, version as _dist_version
 
 _MARKUP = [(re.compile(r":[a-z]+:`~?([^`]*)`"), r"\1"),   # :func:`x`, :class:`~a.B`
            (re.compile(r"``([^`]*)``"), r"\1"),              # ``literal``
@@ -40,6 +41,19 @@ def _plain_help(parser: argparse.ArgumentParser) -> None:
                 _plain_help(sub)
 
 
+def version(name: str) -> str:
+    """The installed distribution's version (pyar's own ``__version__`` from a source tree)."""
+    try:
+        return _dist_version(name)
+    except PackageNotFoundError:
+        from pyar import __version__
+        return __version__
+
+
+def _ranks_option(p, **kw) -> None:
+    p.add_argument("-N", "--ranks", dest="nranks", metavar="N", **kw)
+
+
 def _load_option(p) -> None:
     p.add_argument("--load", action="append", metavar="FILE.py|MODULE",
                    help="import this module first (it may register_algorithm its own "
@@ -49,6 +63,8 @@ def _load_option(p) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The ``pyar`` command's parser, every help text plain."""
     parser = argparse.ArgumentParser(prog="pyar", description=__doc__.split("\n")[0])
+    parser.add_argument("-V", "--version", action="version",
+                        version=f"pyar {version('pyar')}", help="print pyar's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, the MPI library, the registered algorithms")
     p = sub.add_parser("bench", help="time pyar's algorithms against the MPI library's own "
@@ -107,16 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "steps, traffic, time, correctness")
     p.add_argument("-a", "--algo", default="all",
                    help="comma list of algorithms, or all (default all)")
-    p.add_argument("-n", "--nranks", type=int, default=64, help="ranks (default 64)")
-    p.add_argument("-c", "--count", type=int, default=4096,
+    _ranks_option(p, type=int, default=64, help="ranks (default 64)")
+    p.add_argument("--count", type=int, default=4096,
                    help="elements per rank (default 4096)")
     p.add_argument("-d", "--dtype", default="float32", help="element type (default float32)")
-    p.add_argument("-o", "--op", default="sum",
+    p.add_argument("--op", default="sum",
                    help="sum, prod, max, min or avg (default sum)")
     p.add_argument("--ranks-per-node", type=int, default=0,
                    help="emulate nodes of this many ranks (inter-node bytes: total over ranks)")
     p.add_argument("--collective", default="allreduce",
-                   help="default allreduce; for allgather and alltoall -c counts one block")
+                   help="default allreduce; for allgather and alltoall --count counts one block")
     p.add_argument("--no-data", action="store_true",
                    help="traffic only: match, count and check every message, and cost the "
                         "schedule (model), without moving elements; scales further")
@@ -125,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "this machine or a described one, no MPI")
     p.add_argument("-a", "--algo", default="all",
                    help="comma list of algorithms, or all (what auto chooses from)")
-    p.add_argument("-n", "--nranks", default=None,
-                   help="ranks (default: --nodes x --ranks-per-node, else 64); with --sweep "
+    _ranks_option(p, default=None,
+                  help="ranks (default: --nodes x --ranks-per-node, else 64); with --sweep "
                         "a comma list")
     p.add_argument("--bytes", default="1M",
                    help="size of the collective's buffer, e.g. 8, 64K, 1M (allgather: all N "
@@ -163,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     _load_option(p)
     p.add_argument("-o", "--output", default=None,
                    help="the file to write (default: $PYAR_TUNING_FILE, else "
-                        "$XDG_CACHE_HOME/pyar/tuning.json)")
+                        "$XDG_CACHE_HOME/pyar/tuning-LIBRARY.json, LIBRARY the MPI library "
+                        "and its version, e.g. tuning-mpich-5.0.2.json)")
     from pyar.verify import driver as verify_defaults
 
     d = verify_defaults
@@ -178,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                        f"passed.")
     p.add_argument("target", nargs="+", help="module:function or path.py:function "
                    "(allreduce(x, comm, op='sum', out=None)), pyar:ALGO, pyar:all, or mpi")
-    p.add_argument("--ranks", default=d.RANKS,
+    p.add_argument("-N", "--ranks", default=d.RANKS,
                    help=f"rank counts, e.g. 1-8 or 2,3,5 (default {d.RANKS})")
     p.add_argument("--quick", action="store_true", help="the quick profile (--profile quick)")
     p.add_argument("--profile", default=d.PROFILE, choices=["full", "quick", "smoke"],
@@ -208,16 +225,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("draw", help="a schedule as a picture (ranks as lanes, steps as "
                                     "columns) or, with --table, a per-step text table")
     p.add_argument("algo", help="a registered algorithm")
-    p.add_argument("-n", "--nranks", type=int, default=4, help="ranks (default 4)")
-    p.add_argument("-c", "--count", type=int, default=None,
+    _ranks_option(p, type=int, default=4,
+                  help=f"ranks (default 4; the picture of arrows and the table up to "
+                       f"{MAX_ARROWS} ranks, beyond it a step x rank heatmap of the bytes "
+                       f"each rank sends: any rank count the simulator runs)")
+    p.add_argument("--count", type=int, default=None,
                    help="elements (default: one per rank)")
     p.add_argument("--collective", default="allreduce", help="default allreduce")
     p.add_argument("-o", "--output", default=None, metavar="FILE.png|.svg",
                    help="write the drawing (default ALGO-N.png)")
+    p.add_argument("--heatmap", action="store_true",
+                   help="draw the step x rank heatmap at any rank count")
     p.add_argument("--table", action="store_true", help="print the per-step table instead")
     _load_option(p)
     _plain_help(parser)
     return parser
+
+
+MAX_ARROWS = 62     # pyar draw's pictures of arrows and tables (cli/draw.py's MAX_RANKS)
 
 
 def main(argv=None) -> int:

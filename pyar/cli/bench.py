@@ -565,7 +565,7 @@ def _format_row(row: dict) -> str:
             f"{_ratio(row['vs_best'])}")
 
 
-AUTO_REGRET_BOUND = 1.10      # issue 5: auto within 10% of the fastest pyar algorithm
+AUTO_REGRET_BOUND = 1.10      # auto's contract: within 10% of the fastest pyar algorithm
 
 
 def _summary(rows: list[dict], check: int) -> dict:

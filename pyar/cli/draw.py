@@ -63,8 +63,9 @@ def timeline(schedule):
     masks; per rank the elements it sends."""
     size, count = schedule.size, schedule.count
     if size > MAX_RANKS:
-        raise ValueError(f"pyar draw follows contributions as bits: at most {MAX_RANKS} ranks, "
-                         f"got {size}")
+        raise ValueError(f"the table and the picture of arrows follow contributions as bits: "
+                         f"at most {MAX_RANKS} ranks, got {size} (the heatmap, drawn for more "
+                         f"ranks, has no limit)")
     record = collectives.collective(schedule.collective)
     steps = [schedule.steps(r) for r in range(size)]
     match = _match(steps)
@@ -247,21 +248,60 @@ def picture(schedule, path: str, itemsize: int = 4) -> None:
     plt.close(fig)
 
 
+def sent_per_step(schedule, itemsize: int = 4) -> np.ndarray:
+    """``bytes[rank, step]``: what each rank sends at each step of its own list (0 past its
+    last step), from the schedule's table (:meth:`Schedule.table`, what the simulator reads):
+    no data moved, any rank count the simulator runs."""
+    t = schedule.table()
+    out = np.zeros((schedule.size, int(t.nsteps.max(initial=0))), np.int64)
+    np.add.at(out, (t.rank[t.send], t.step[t.send]), (t.hi - t.lo)[t.send] * itemsize)
+    return out
+
+
+def heatmap(schedule, path: str, itemsize: int = 4) -> None:
+    """Draw ``schedule`` as a step x rank heatmap: a cell per rank and step of its own list,
+    coloured by the bytes it sends there (white: nothing), beside each rank's total. For
+    rank counts beyond what arrows can show."""
+    plt = pyplot()
+    sent = sent_per_step(schedule, itemsize)
+    size, steps = sent.shape
+    fig, (ax, side) = plt.subplots(1, 2, figsize=(10, 6), sharey=True,
+                                   gridspec_kw={"width_ratios": [5, 1]})
+    shown = np.ma.masked_equal(sent, 0)
+    image = ax.imshow(shown, aspect="auto", interpolation="nearest", cmap="viridis",
+                      extent=(0.5, steps + 0.5, size - 0.5, -0.5))
+    fig.colorbar(image, ax=side, label="bytes sent in the step")
+    ax.set_xlabel("step (of each rank's own list)")
+    ax.set_ylabel("rank")
+    total = sent.sum(axis=1)
+    side.barh(np.arange(size), total, height=1.0, color="0.4")
+    side.set_xlabel("bytes sent in all")
+    ax.set_title(f"{schedule.algorithm} {schedule.collective}: {size} ranks, "
+                 f"{schedule.count} elements of {itemsize} B, {steps} steps at most",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(args) -> int:
     """``pyar draw``: what the command line asked."""
     loader.load_all(args.load)
     if args.nranks < 1:
-        raise ValueError(f"-n must be >= 1, got {args.nranks}")
+        raise ValueError(f"--ranks must be >= 1, got {args.nranks}")
     count = args.nranks if args.count is None else args.count
     if count < 0:
-        raise ValueError(f"-c must be >= 0, got {count}")
+        raise ValueError(f"--count must be >= 0, got {count}")
     schedule = pyar.schedule(args.algo, args.nranks, count, collective=args.collective)
     if args.table:
         print(table(schedule))
         return 0
     path = args.output or f"{args.algo}-{args.nranks}.png"
     if not path.endswith((".png", ".svg")):
-        raise ValueError(f"-o must name a .png or .svg file, got {path!r}")
-    picture(schedule, path)
+        raise ValueError(f"--output must name a .png or .svg file, got {path!r}")
+    if args.heatmap or args.nranks > MAX_RANKS:
+        heatmap(schedule, path)
+    else:
+        picture(schedule, path)
     print(f"# wrote {path}")
     return 0

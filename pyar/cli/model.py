@@ -67,7 +67,7 @@ def rank_counts(args, per_node, nodes) -> list[int]:
         except ValueError:
             counts = []
         if not counts or min(counts) < 1:
-            raise ValueError(f"-n must be ranks >= 1 or a comma list of them, got "
+            raise ValueError(f"--ranks must be ranks >= 1 or a comma list of them, got "
                              f"{args.nranks!r}")
         return counts
     return [nodes * per_node] if nodes and per_node else [64]

@@ -4,7 +4,7 @@ A schedule runs on one buffer, ``data``, of ``count`` elements (see
 :mod:`pyar.core.schedule`). A :class:`Collective` record says, for a caller's
 ``x``: how big ``data`` is and what it holds before the schedule runs
 (:meth:`~Collective.prepare`, which also applies the ``out`` rules of
-API.md), where the result is afterwards, the MPI library's own call (the
+docs/api.md), where the result is afterwards, the MPI library's own call (the
 baseline: the API's ``algorithm="mpi"``, the bench and the oracle), the
 nccl-tests bus-bandwidth factor, whether it reduces or is rooted, and its
 postcondition (:meth:`~Collective.expected`: what every rank must get, from
@@ -112,7 +112,7 @@ class Collective:
 
     def prepare(self, x: np.ndarray, out, rank: int, size: int, root: int,
                 copy: bool = True) -> Work:
-        """The buffers of a call on the numpy array ``x`` with ``out`` (API.md's rules: None a
+        """The buffers of a call on the numpy array ``x`` with ``out`` (docs/api.md's rules: None a
         new array, ``x`` in place, else an array of the result's shape and dtype); with
         ``copy`` False, data need not hold x (the plan's out-of-place variant reads x)."""
         work = buffers.prepare(x, out, copy)

@@ -1,5 +1,5 @@
-"""allgather: every rank gets every rank's ``x``, stacked: shape ``(size, *x.shape)`` (seed 4.4:
-the second half of ZeRO's allreduce)."""
+"""allgather: every rank gets every rank's ``x``, stacked: shape ``(size, *x.shape)`` (the second
+half of ZeRO's and FSDP's allreduce)."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""allreduce: every rank gets the reduction of every rank's ``x`` (seed 1)."""
+"""allreduce: every rank gets the reduction of every rank's ``x``."""
 
 from . import Collective, register_collective
 from .reference import magnitude, reference

@@ -1,5 +1,5 @@
 """alltoall: block i of ``x`` (``x[i]``) goes to rank i; result block j came from rank j
-(seed 4.5)."""
+(the exchange of MoE and sequence parallelism)."""
 
 import numpy as np
 

@@ -1,5 +1,5 @@
 """reduce_scatter: ``x.ravel()`` reduced over all ranks and cut as numpy.array_split cuts it;
-rank r gets block r (seed 4.4: the first half of ZeRO's allreduce)."""
+rank r gets block r (the first half of ZeRO's and FSDP's allreduce)."""
 
 import numpy as np
 

@@ -1,7 +1,7 @@
 """Topology: which node each rank runs on.
 
 Topology-aware schedules (``hierarchical``) keep the slow links between nodes
-for what must cross them (seed 4.3). A :class:`pyar.Comm` learns its topology
+for what must cross them (topology-aware communication). A :class:`pyar.Comm` learns its topology
 from ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``; ``PYAR_RANKS_PER_NODE=k``
 (:mod:`pyar.runtime.settings`) overrides it with :meth:`Topology.regular` (ranks
 ``0..k-1`` on node 0, the next k on node 1, ...) so that several nodes can be

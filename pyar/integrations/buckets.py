@@ -1,4 +1,4 @@
-"""Gradient buckets: DDP's bucketing and overlap, over pyar's nonblocking allreduce (seed 3).
+"""Gradient buckets: DDP's bucketing and overlap, over pyar's nonblocking allreduce.
 
 ``GradientBuckets(grads)`` packs the gradient arrays, in reverse registration
 order (the order backward produces them), into flat buckets of at most

@@ -49,15 +49,12 @@ from . import cost
 
 FORMAT = "pyar-tuning/1"
 
-# Measured by `pyar tune` (mpiexec -n 2, MPICH 5.0.2 wheel, one node) on the 2-core
-# development VM on 2026-11-30 16:58 UTC, load average 2-3.5: medians of five runs, each
-# the lower quartiles of many timed calls. alpha is a step of a small plan (messages
-# through shared-memory mailboxes: 2.13 - 2.29 us); delta what a step of the general path
-# adds (bimodal over the day's 20 runs: 0.2 - 0.4 or 1.1 - 2.7 us; their median); the
-# eager limit of MPI's own messages 8,078 B in most runs (5,760 - 16,384), the rendezvous
-# beyond it 2.4 us (0.4 - 3.1). gamma at 17:42 (three runs) on 256 KiB arrays, which stay
-# in cache (on 4 MiB, from memory, float32 took 0.075 ns/B). Run `pyar tune` on your own
-# machine.
+# The shipped defaults: what `pyar tune` measures (mpiexec -n 2, the MPICH wheel, one node)
+# on a 2-core VM, medians of runs, each the lower quartiles of many timed calls. alpha is a
+# step of a small plan (messages through shared-memory mailboxes); delta what a step of the
+# general path adds; eager the limit of MPI's own messages, rendezvous the cost beyond it;
+# gamma per dtype on 256 KiB arrays, which stay in cache (from memory, float32 folds take
+# about 0.075 ns/B). Run `pyar tune` on your own machine.
 DEFAULTS = cost.Params(
     alpha=2.26e-6, beta=8.54e-11, delta=1.65e-6, eager=8078, rendezvous=2.40e-6,
     resident=cost.RESIDENT_BYTES,   # (the runtime's, not measured)

@@ -1,7 +1,7 @@
 """The collectives on cupy arrays: straight to a CUDA-aware MPI, or staged through pinned host memory.
 
 :mod:`pyar.api` hands every ``x`` that is not a numpy array here; the
-arguments and results are the numpy path's (API.md), as cupy arrays. Which
+arguments and results are the numpy path's (docs/api.md), as cupy arrays. Which
 way the data goes is decided once per process
 (:func:`pyar.runtime.cuda.awareness`):
 

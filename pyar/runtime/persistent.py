@@ -79,7 +79,7 @@ class Persistent:
 
     def __init__(self, record, x, out, op, algorithm, comm, root, timeout, then=None,
                  kind="own", held=False):
-        """Set up ``record``'s collective on the numpy arrays ``x`` and ``out`` (API.md's
+        """Set up ``record``'s collective on the numpy arrays ``x`` and ``out`` (docs/api.md's
         rules), its arguments as the blocking call's; ``then(result)`` maps the result,
         if given (torch tensors). ``kind`` (:meth:`~.plan.Plan.engine`): ``"own"`` for a
         persistent request (collective: the ranks agree here), ``"staged"`` for a blocking

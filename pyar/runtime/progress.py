@@ -56,8 +56,7 @@ NAP = 5e-5                  # seconds a wait then sleeps between polls, where na
 NAP_AFTER = 2e-4            # once it has yielded this long (the peer is not about to come)
 napping = False             # set once a node turned out oversubscribed (.shm.Pool): a yield
                             # leaves a spinning rank runnable, taking turns with the peers it
-                            # waits for (tests/mpi at 8 ranks on 2 cores: 87.7, 91.0, 104.3,
-                            # 95.9 s yielding; 86.9, 76.0, 99.7, 83.2 s napping, in turns)
+                            # waits for; a nap hands the core to them
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _monotonic = time.monotonic
 _sleep = time.sleep

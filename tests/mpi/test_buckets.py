@@ -205,7 +205,7 @@ def test_an_unused_gradient_raises_there_and_hangs_no_one(comm):
 
 
 def test_compressed_training_stays_within_the_stated_margins(comm):
-    """The README's claims, on fewer steps: fp16, bf16 and int8 end within 1% of uncompressed
+    """The training guide's claims, on fewer steps: fp16, bf16 and int8 end within 1% of uncompressed
     training's held-out loss, top-k 1% with error feedback within 10%, and top-k without it
     visibly worse (over 10% above the one with it). At 2 and 3 ranks only: 360 steps of
     training take ~15 s on 2 ranks here, 46 s on 8."""

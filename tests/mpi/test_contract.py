@@ -1,4 +1,4 @@
-"""Issue 17's contract under MPI: an interrupted call, freed communicators, and checks that
+"""The API contract under MPI: an interrupted call, freed communicators, and checks that
 fail on some ranks only; each must be an error on every rank, never a hang."""
 
 import gc

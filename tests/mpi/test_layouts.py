@@ -1,5 +1,5 @@
 """Every memory layout of ``x`` and ``out``, for every collective, on both sides of each size
-at which the executor changes path (issue 17.1), against the MPI library's own collective.
+at which the executor changes path, against the MPI library's own collective.
 
 The sizes: a plan's buffer up to RESIDENT_BYTES runs on a Resident (mailboxes), above it
 on the general path, out of place on the variant that reads x itself; the pipelined

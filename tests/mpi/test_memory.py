@@ -1,4 +1,4 @@
-"""What a large allreduce allocates beyond x and its result (issue 17.7; README "Memory").
+"""What a large allreduce allocates beyond x and its result (docs/settings.md, "Memory").
 
 numpy's allocations are traced by tracemalloc. The first call on a new Comm
 is measured, so the plan's compilation and its scratch and landing buffers

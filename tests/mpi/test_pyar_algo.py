@@ -1,4 +1,4 @@
-"""PYAR_ALGO under MPI (issue 16.3): a bare name runs where a collective has it and auto
+"""PYAR_ALGO under MPI: a bare name runs where a collective has it and auto
 elsewhere, every collective giving the MPI library's result; a bad value raises on every
 rank (never a hang)."""
 

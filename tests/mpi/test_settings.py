@@ -1,5 +1,5 @@
 """PYAR_* settings that are bad, or differ where the ranks must agree, on some ranks only:
-an error on every rank when the Comm is made, never a hang (issue 17.2)."""
+an error on every rank when the Comm is made, never a hang."""
 
 import re
 

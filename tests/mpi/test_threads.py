@@ -1,4 +1,4 @@
-"""Threads (issue 16.3): a call on a communicator another thread is in a call on is refused
+"""Threads: a call on a communicator another thread is in a call on is refused
 with a clear error (MPI's collectives on one communicator must be called in one order on
 every rank, which racing threads cannot keep); different communicators in different threads
 work at once, with blocking and nonblocking calls and with a progress thread. Every call

@@ -1,0 +1,242 @@
+"""The defined benchmark set, and BENCHMARKS.md written from its JSON (``make benchmarks``).
+
+``run`` measures, on 2 ranks of this machine, under each MPI library given (a venv's
+python: MPICH's ``.venv``, Open MPI's ``.venv-openmpi``):
+
+- ``pyar bench -a auto --persistent``, 8 B - 64 MiB by 4x: pyar's ``auto`` and its
+  persistent form against the library's ``MPI_Allreduce`` and ``MPI_Allreduce_init``,
+  timed in the same run, in batches taking turns, out of place and in place;
+- ``pyar overlap`` (under the first library): a training step's bucket allreduces behind
+  compute, blocking, nonblocking and with a progress thread;
+- the simulator at scale: ``pyar sim`` at 1,024 ranks with data, 16,384 without.
+
+and writes ``run.json`` (with the machine, the libraries and their versions, the commit
+and the date), the bench JSON and plots, into ``--out``. ``write`` turns that directory
+into BENCHMARKS.md: one header, one table per library, the plots, the overlap and
+simulator outputs, how to reproduce, and the history table, which keeps the rows already
+in BENCHMARKS.md (one per milestone and library) and adds this run's.
+
+``--quick`` (for testing the generator): 8 B - 1 KiB, few iterations, small simulations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAUNCH = ROOT / "pyar" / "runtime" / "launch.py"
+HISTORY = ("<!-- history: one row per milestone and library; scripts/benchmarks.py keeps "
+           "these rows -->")
+END = "<!-- end of history -->"
+
+
+def sh(command: list[str], timeout: int) -> str:
+    """Run ``command`` in the repository root, bounded; its stdout (an error if it fails)."""
+    proc = subprocess.run(["timeout", "-k", "10", str(timeout), *command], cwd=ROOT,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"})
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(command)} exited {proc.returncode}\n{proc.stdout[-3000:]}"
+                         f"\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def mpi(python: str, *args: str, timeout: int = 1800) -> str:
+    """``mpiexec -n 2 python -m mpi4py ARGS`` with that venv's MPI (launch.py by its path)."""
+    return sh([python, str(LAUNCH), "-n", "2", python, "-m", "mpi4py", *args], timeout)
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) \
+        if Path("/proc/cpuinfo").exists() else platform.processor()
+    return {"host": platform.node(), "system": f"{platform.system()} {platform.release()}",
+            "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+
+
+def commit() -> str:
+    head = sh(["git", "rev-parse", "--short", "HEAD"], 60).strip()
+    dirty = sh(["git", "status", "--porcelain", "--untracked-files=no"], 60).strip()
+    return head + ("+changes" if dirty else "")
+
+
+def library(python: str) -> dict:
+    """The library's name and version, and the versions around it, from ``pyar info``."""
+    info = sh([python, "-m", "pyar", "info"], 300)
+    field = dict(line.split(" ", 1) for line in info.splitlines()[:12] if " " in line)
+    family = re.search(r"^MPI family: (\S+ \S+)", info, re.M)
+    return {"name": family.group(1) if family else "unknown", "python": python,
+            "mpi4py": field.get("mpi4py", "?"), "numpy": field.get("numpy", "?"),
+            "numba": field.get("numba", "?"), "pyar": field.get("pyar", "?")}
+
+
+def run(args) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    quick = args.quick
+    sizes = ["-b", "8", "-e", "1K", "-f", "128", "-n", "3", "-w", "1"] if quick else \
+        ["-b", "8", "-e", "64M", "-f", "4"]
+    start = time.monotonic()
+    report = {"machine": machine(), "commit": commit(),
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "quick": quick, "libraries": []}
+    pythons = [p for p in (args.mpich, args.openmpi) if p]
+    for python in pythons:
+        lib = library(python)
+        tag = lib["name"].split()[0]
+        bench = out / f"bench-{tag}.json"
+        mpi(python, "-m", "pyar", "bench", *sizes, "-a", "auto", "--persistent",
+            "--json", str(bench), "--plot", str(out / f"bench-{tag}.png"))
+        report["libraries"].append({**lib, "tag": tag, "bench": bench.name,
+                                    "plot": f"bench-{tag}.png"})
+    overlap = ["--repeats", "2", "--bytes", "64K"] if quick else []
+    report["overlap"] = mpi(pythons[0], "-m", "pyar", "overlap", *overlap)
+    sims = [["-a", "ring,rabenseifner", "-N", "64", "--count", "1024"],
+            ["-a", "rabenseifner", "-N", "1024", "--count", "1024", "--no-data"]] if quick else \
+        [["-a", "ring,rabenseifner,double_binary_tree", "-N", "1024", "--count", "65536"],
+         ["-a", "rabenseifner,double_binary_tree", "-N", "16384", "--count", "1024",
+          "--no-data"]]
+    report["sim"] = [{"command": "pyar sim " + " ".join(s),
+                      "output": sh([pythons[0], "-m", "pyar", "sim", *s], 1800)} for s in sims]
+    report["seconds"] = round(time.monotonic() - start)
+    (out / "run.json").write_text(json.dumps(report, indent=1))
+    print(f"# {out / 'run.json'}: {report['seconds']} s")
+
+
+def rows(bench: dict) -> dict:
+    """``{(algorithm, size): row}`` of a bench JSON."""
+    return {(r["algorithm"], r["size"]): r for r in bench["rows"]}
+
+
+def size_text(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def ratios(bench: dict) -> tuple[float, float]:
+    """auto's out-of-place time over the library's at the smallest and largest size."""
+    table = rows(bench)
+    sizes = sorted({size for _, size in table})
+    return tuple(table["auto", s]["out_of_place"]["time_us"] /
+                 table["mpi", s]["out_of_place"]["time_us"] for s in (sizes[0], sizes[-1]))
+
+
+def library_table(bench: dict) -> list[str]:
+    table = rows(bench)
+    lines = ["| size | auto runs | MPI (us) | pyar (us) | pyar / MPI | in place | MPI_init (us) "
+             "| pyar init (us) | init / MPI_init | pyar busbw (GB/s) |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for size in sorted({s for _, s in table}):
+        m, a = table["mpi", size], table["auto", size]
+        mi, ai = table.get(("mpi_init", size)), table.get(("auto_init", size))
+        oop = a["out_of_place"]["time_us"] / m["out_of_place"]["time_us"]
+        ip = a["in_place"]["time_us"] / m["in_place"]["time_us"]
+        init = (f"{mi['out_of_place']['time_us']:.1f} | {ai['out_of_place']['time_us']:.1f} | "
+                f"{ai['out_of_place']['time_us'] / mi['out_of_place']['time_us']:.2f}x"
+                if mi and ai else "- | - | -")
+        lines.append(f"| {size_text(size)} | {a.get('chosen') or '-'} | "
+                     f"{m['out_of_place']['time_us']:.1f} | {a['out_of_place']['time_us']:.1f} | "
+                     f"{oop:.2f}x | {ip:.2f}x | {init} | {a['out_of_place']['busbw']:.2f} |")
+    return lines
+
+
+def history(markdown: Path, report: dict, benches: dict) -> list[str]:
+    """The history rows already in ``markdown`` (between its markers), with this run's
+    rows in place of any of the same commit and library (a quick run adds none)."""
+    kept = []
+    if markdown.exists():
+        text = markdown.read_text()
+        if HISTORY in text and END in text:
+            body = text.split(HISTORY, 1)[1].split(END, 1)[0]
+            kept = [line for line in body.splitlines() if line.startswith("| ")
+                    and not line.startswith("| date") and not line.startswith("|---")]
+    new = []
+    for lib in [] if report.get("quick") else report["libraries"]:
+        small, large = ratios(benches[lib["tag"]])
+        new.append(f"| {report['date'][:10]} | {report['commit']} | {lib['name']} | "
+                   f"{small:.2f}x | {large:.2f}x |")
+    mine = {(line.split("|")[2].strip(), line.split("|")[3].strip()) for line in new}
+    kept = [line for line in kept
+            if (line.split("|")[2].strip(), line.split("|")[3].strip()) not in mine]
+    return ["| date | commit | library | 8 B | 64 MiB |", "|---|---|---|---:|---:|",
+            *kept, *new]
+
+
+def write(args) -> None:
+    out, markdown = Path(args.out), Path(args.markdown)
+    report = json.loads((out / "run.json").read_text())
+    benches = {lib["tag"]: json.loads((out / lib["bench"]).read_text())
+               for lib in report["libraries"]}
+    m = report["machine"]
+    libs = ", ".join(f"{lib['name']}" for lib in report["libraries"])
+    first = report["libraries"][0]
+    lines = ["# Benchmarks", "",
+             "Written by `make benchmarks` (scripts/benchmarks.py) from the JSON of one run; "
+             "do not edit by hand.", "",
+             "| | |", "|---|---|",
+             f"| machine | {m['cpu']}, {m['cores']} cores, {m['system']} ({m['host']}) |",
+             f"| libraries | {libs}; mpi4py {first['mpi4py']}, numpy {first['numpy']}, "
+             f"numba {first['numba']}, Python {m['python']} |",
+             f"| pyar | {first['pyar']}, commit {report['commit']} |",
+             f"| date | {report['date']} (the run took {report['seconds']} s) |"]
+    if report.get("quick"):
+        lines += ["", "**A quick run (the generator's test), not a measurement.**"]
+    lines += ["", "Each table: `pyar bench -a auto --persistent` on 2 ranks, float32 sum: "
+              "pyar's `auto` (the algorithm it chose) against the library's own "
+              "`MPI_Allreduce`, and `pyar.allreduce_init` against `MPI_Allreduce_init`, "
+              "timed in the same run, in batches taking turns. Times are out of place; "
+              "a ratio below 1 is pyar faster."]
+    for lib in report["libraries"]:
+        lines += ["", f"## {lib['name']}", "", *library_table(benches[lib["tag"]]), "",
+                  f"![time and busbw against size, {lib['name']}]"
+                  f"({Path(args.out).as_posix()}/{lib['plot']})"]
+    lines += ["", "## Overlap", "", "`pyar overlap` on 2 ranks, under "
+              f"{first['name']}: a training step's bucket allreduces behind compute.", "",
+              "```text", report["overlap"].rstrip(), "```",
+              "", "## The simulator at scale", ""]
+    for sim in report["sim"]:
+        lines += [f"`{sim['command']}`:", "", "```text", sim["output"].rstrip(), "```", ""]
+    lines += ["## How to reproduce", "",
+              "On an idle machine, from a clone: `make benchmarks` (it makes `.venv` and "
+              "`.venv-openmpi` if absent, runs the set above and writes this file; the JSON "
+              f"stays in `{Path(args.out).as_posix()}/`). One command of it by hand:", "",
+              "```text",
+              "python pyar/runtime/launch.py -n 2 python -m mpi4py -m pyar bench -b 8 -e 64M "
+              "-f 4 -a auto --persistent", "```", "",
+              "## History", "",
+              "auto's time over the library's `MPI_Allreduce`, out of place, at 8 B and "
+              "64 MiB, one row per milestone and library.", "", HISTORY,
+              *history(markdown, report, benches), END, ""]
+    markdown.write_text("\n".join(lines))
+    print(f"# wrote {markdown}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="measure the defined set")
+    p.add_argument("--out", required=True, help="directory for the JSON and plots")
+    p.add_argument("--mpich", default=sys.executable, help="python of MPICH's venv")
+    p.add_argument("--openmpi", default=None, help="python of Open MPI's venv")
+    p.add_argument("--quick", action="store_true", help="a tiny run, to test the generator")
+    p = sub.add_parser("write", help="write BENCHMARKS.md from a run's directory")
+    p.add_argument("--out", required=True, help="the run's directory")
+    p.add_argument("--markdown", default="BENCHMARKS.md", help="the file to write")
+    args = parser.parse_args(argv)
+    run(args) if args.command == "run" else write(args)
+
+
+if __name__ == "__main__":
+    main()

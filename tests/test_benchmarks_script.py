@@ -1,0 +1,49 @@
+"""scripts/benchmarks.py writes BENCHMARKS.md from a run's JSON: one header, a table per
+library, the history kept across runs (one row per commit and library)."""
+
+import json
+import sys
+
+from launch import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import benchmarks  # noqa: E402
+
+
+def bench(times: dict) -> dict:
+    """A bench JSON with ``times[(algorithm, size)] = us`` (out of place and in place)."""
+    return {"rows": [{"algorithm": a, "size": s, "chosen": "ring" if a == "auto" else None,
+                      "out_of_place": {"time_us": t, "busbw": 1.5},
+                      "in_place": {"time_us": 2 * t, "busbw": 1.0}}
+                     for (a, s), t in times.items()]}
+
+
+def fake_run(where, commit):
+    times = {("mpi", 8): 2.0, ("auto", 8): 3.0, ("mpi_init", 8): 1.0, ("auto_init", 8): 1.5,
+             ("mpi", 64 << 20): 100.0, ("auto", 64 << 20): 50.0}
+    (where / "bench-mpich.json").write_text(json.dumps(bench(times)))
+    report = {"machine": {"host": "h", "system": "Linux", "cpu": "CPU", "cores": 2,
+                          "python": "3.11"},
+              "commit": commit, "date": "2026-12-03 10:00 UTC", "quick": False, "seconds": 5,
+              "libraries": [{"name": "mpich 5.0.2", "tag": "mpich", "bench": "bench-mpich.json",
+                             "plot": "bench-mpich.png", "mpi4py": "4", "numpy": "2",
+                             "numba": "0.6", "pyar": "0.1.0"}],
+              "overlap": "# overlap\n", "sim": [{"command": "pyar sim -N 64", "output": "x\n"}]}
+    (where / "run.json").write_text(json.dumps(report))
+
+
+def test_the_page_and_its_history(tmp_path):
+    md = tmp_path / "BENCHMARKS.md"
+    fake_run(tmp_path, "aaa1111")
+    benchmarks.main(["write", "--out", str(tmp_path), "--markdown", str(md)])
+    text = md.read_text()
+    assert text.startswith("# Benchmarks\n") and text.count("\n## mpich 5.0.2\n") == 1
+    assert "| machine | CPU, 2 cores, Linux (h) |" in text
+    assert "| 8 B | ring | 2.0 | 3.0 | 1.50x | 1.50x | 1.0 | 1.5 | 1.50x | 1.50 |" in text
+    assert "| 64 MiB | ring | 100.0 | 50.0 | 0.50x | 0.50x | - | - | - | 1.50 |" in text
+    assert "| 2026-12-03 | aaa1111 | mpich 5.0.2 | 1.50x | 0.50x |" in text
+    fake_run(tmp_path, "bbb2222")            # the next milestone keeps the first one's row
+    benchmarks.main(["write", "--out", str(tmp_path), "--markdown", str(md)])
+    benchmarks.main(["write", "--out", str(tmp_path), "--markdown", str(md)])   # again: once
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| 2026-12-03")]
+    assert [r.split("|")[2].strip() for r in rows] == ["aaa1111", "bbb2222"]

@@ -84,7 +84,8 @@ def _op(op, dtype) -> str:
                     raise ValueError(f"pyar backend: {ours} of bool tensors is not defined")
                 return _BOOL_OPS[ours]
             return ours
-    raise ValueError(f"pyar backend: reduce op {op} is not supported (SUM, AVG, PRODUCT, "
+    name = getattr(getattr(op, "op", op), "name", op)
+    raise ValueError(f"pyar backend: reduce op {name} is not supported (SUM, AVG, PRODUCT, "
                      f"MIN, MAX are)")
 
 
@@ -98,6 +99,15 @@ def _one(tensors, what):
         raise ValueError(f"pyar backend: {what} takes one tensor per process, got "
                          f"{len(tensors)}")
     return tensors[0]
+
+
+def _apart(x, out):
+    """``x``, or a copy of it where it shares memory with ``out`` (torch's in-place forms:
+    the input a slice of the output, or the output itself)."""
+    if x.numel() and out.numel() and \
+            x.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+        return x.clone(memory_format=torch.contiguous_format)
+    return x.contiguous()
 
 
 def _same(tensors, what):
@@ -381,7 +391,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
                              f"{self._size} x {input.numel()} elements of {input.dtype}, got "
                              f"{output.numel()} of {output.dtype}")
         target = _Writable(output)
-        a = _array(input)
+        a = _array(_apart(input, output))
         out = target.array.reshape(self._size, *a.shape)
 
         def call(nb):
@@ -411,7 +421,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
                              f"got {input.numel()} of {input.dtype}")
         op = _op(opts.reduceOp, output.dtype)
         target = _Writable(output)
-        a, o = _array(input.contiguous()).reshape(-1), target.array.reshape(-1)
+        a, o = _array(_apart(input, output)).reshape(-1), target.array.reshape(-1)
 
         def call(nb):
             return (api.ireduce_scatter if nb else api.reduce_scatter)(a, o, op=op,
@@ -440,7 +450,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
                                  f"needs input and output of equal size divisible by {n}, "
                                  f"got {input.numel()} and {output.numel()} elements")
             target = _Writable(output)
-            a = _array(input.contiguous()).reshape(n, -1)
+            a = _array(_apart(input, output)).reshape(n, -1)
             o = target.array.reshape(n, -1)
 
             def call(nb):
@@ -449,7 +459,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
         sent = self._counts(input, input_split_sizes, "input")
         got = self._counts(output, output_split_sizes, "output")
         target = _Writable(output)
-        return self._alltoallv(opts, input.contiguous().reshape(-1), sent, target, got,
+        return self._alltoallv(opts, _apart(input, output).reshape(-1), sent, target, got,
                                [output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):

@@ -294,7 +294,8 @@ class ProcessGroupPyar(dist.ProcessGroup):
     """A torch process group whose collectives are pyar's, on the MPI communicator ``mpi``
     (its ranks are the group's); ``timeout``: seconds every call may wait (None: for ever).
     Made by the backend's creator (``init_process_group``, ``new_group``); ``comm`` is the
-    group's :class:`pyar.Comm` (``pyar.torch.HookState(comm=group.comm)``)."""
+    group's :class:`pyar.Comm` (``pyar.torch.HookState(comm=group.comm)``); ``calls`` counts
+    the collectives started through the group (not sends and receives)."""
 
     def __init__(self, mpi: MPI.Comm, timeout: float | None = None):
         super().__init__(mpi.Get_rank(), mpi.Get_size())
@@ -302,6 +303,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
         self.p2p = mpi.Dup()
         self.p2p.Set_name("pyar torch send/recv")
         self.timeout = timeout
+        self.calls = 0
         self._size = mpi.Get_size()
 
     def getBackendName(self) -> str:
@@ -316,6 +318,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
         """``call(nonblocking)`` (pyar's call; a Request when nonblocking) as a work: blocking
         unless ``opts.asyncOp`` (absent: nonblocking); pyar's failures as DistBackendError."""
         nonblocking = getattr(opts, "asyncOp", True)
+        self.calls += 1
         try:
             if not nonblocking:
                 call(False)

@@ -305,12 +305,27 @@ class ProcessGroupPyar(dist.ProcessGroup):
         self.timeout = timeout
         self.calls = 0
         self._size = mpi.Get_size()
+        self._group_name = self._group_desc = ""
 
     def getBackendName(self) -> str:
         return BACKEND
 
     def name(self) -> str:
         return BACKEND
+
+    # torch names a group after making it (``group.group_name``: DeviceMesh, FSDP); a
+    # Python group keeps the names itself
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        return self._group_name
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:
+        return self._group_desc
 
     # -- running a call -------------------------------------------------------------------
 

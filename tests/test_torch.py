@@ -69,3 +69,37 @@ def test_gradient_buckets_views_are_tensors_in_the_buckets():
     assert all(isinstance(g, torch.Tensor) for g in b.grads)
     assert b.grads[1].data_ptr() == b.flat[0].ctypes.data           # reversed: gradient 1 first
     assert torch.equal(b.grads[0], torch.ones(3)) and b.grads[0].data_ptr() != grads[0].data_ptr()
+
+
+def test_pyar_torch_is_an_attribute_after_import_pyar_and_registers_the_backend():
+    import subprocess
+    import sys
+
+    code = ("import pyar, torch.distributed as dist; "
+            "assert 'pyar' not in dist.Backend.backend_list; "
+            "t = pyar.torch; "
+            "assert 'pyar' in dist.Backend.backend_list and t.BACKEND == 'pyar'; "
+            "from torch.distributed.rendezvous import _rendezvous_handlers; "
+            "assert 'pyar' in _rendezvous_handlers; "
+            "import pyar.torch; pyar.torch.register(); print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_without_torch_pyar_torch_names_the_extra():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None; import pyar\n"
+            "for get in (lambda: pyar.torch, lambda: __import__('pyar.torch')):\n"
+            "    try:\n"
+            "        get()\n"
+            "    except ImportError as e:\n"
+            "        assert \"pip install 'pyar[torch]'\" in str(e), e\n"
+            "    else:\n"
+            "        raise SystemExit('no ImportError')\n"
+            "print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -398,15 +398,28 @@ def test_new_group_of_a_subset(comm, groups):
 
 # -- errors ---------------------------------------------------------------------------------
 
+MISMATCHED = {      # rank 0 calls with 5 elements, the others with 6
+    "all_reduce": lambda n, g, a: dist.all_reduce(torch.ones(n), group=g, async_op=a),
+    "broadcast": lambda n, g, a: dist.broadcast(torch.ones(n), 0, group=g, async_op=a),
+    "all_gather_into_tensor": lambda n, g, a: dist.all_gather_into_tensor(
+        torch.empty(n * g.size()), torch.ones(n), group=g, async_op=a),
+    "reduce_scatter_tensor": lambda n, g, a: dist.reduce_scatter_tensor(
+        torch.empty(n), torch.ones(n * g.size()), group=g, async_op=a),
+}
+
+
 @pytest.mark.parametrize("async_op", [False, True])
-def test_mismatched_shapes_are_an_error_on_every_rank(comm, groups, async_op):
-    """all_reduce of 5 elements on rank 0, 6 elsewhere: a DistBackendError with pyar's
-    message (which call, which ranks) on every rank, well within the timeout; the group is
-    unusable after (pyar's rule), so this test has one of its own."""
+@pytest.mark.parametrize("name", list(MISMATCHED))
+def test_mismatched_shapes_are_an_error_on_every_rank(comm, groups, name, async_op):
+    """A call of 5 elements on rank 0, 6 elsewhere: a DistBackendError with pyar's message
+    (its MismatchError: which call, which ranks) on every rank, well within the timeout;
+    the group is unusable after (pyar's rule), so each case has one of its own."""
     group = dist.new_group(backend="pyar", timeout=timedelta(seconds=SECONDS))
-    t = torch.ones(5 if comm.rank == 0 else 6)
-    with pytest.raises(dist.DistBackendError, match="pyar: MismatchError.*allreduce"):
-        w = dist.all_reduce(t, group=group, async_op=async_op)
+    pyar_name = {"all_reduce": "allreduce", "broadcast": "bcast",
+                 "all_gather_into_tensor": "allgather",
+                 "reduce_scatter_tensor": "reduce_scatter"}[name]
+    with pytest.raises(dist.DistBackendError, match=f"pyar: MismatchError.*{pyar_name}"):
+        w = MISMATCHED[name](5 if comm.rank == 0 else 6, group, async_op)
         if async_op:
             w.wait()
     agree(comm, True)

@@ -60,7 +60,7 @@ from torch.distributed.rendezvous import register_rendezvous_handler
 
 from .. import api
 from ..core.buffers import as_array
-from ..core.errors import PyarError
+from ..core.errors import PyarError, TimeoutError as PyarTimeout
 from ..runtime.comm import Comm
 
 __all__ = ["BACKEND", "ProcessGroupPyar", "PyarWork", "register"]
@@ -154,8 +154,7 @@ class _Pending:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.test():
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"pyar backend: {self.what} not complete after "
-                                   f"{timeout:.1f} s")
+                raise PyarTimeout(f"{self.what} not complete after {timeout:.1f} s")
             time.sleep(0)
 
 
@@ -646,6 +645,9 @@ def _create(options, _backend_options=None) -> ProcessGroupPyar:
     """The backend's creator (``extended_api``): the default group on COMM_WORLD, or a
     new group's communicator of its global ranks (collective over them only)."""
     world = MPI.COMM_WORLD
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:    # (the helper thread calls MPI too)
+        raise ValueError("the pyar backend needs MPI_THREAD_MULTIPLE; this MPI was "
+                         "initialized with less (mpi4py.rc.thread_level)")
     ranks = list(options.global_ranks_in_group)
     if ranks:
         mpi = world.Create_group(world.Get_group().Incl(ranks))

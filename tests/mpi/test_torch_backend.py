@@ -72,18 +72,22 @@ def same_everywhere(comm, t) -> bool:
     return len(set(comm.allgather(mine))) == 1
 
 
+def free_port(comm) -> int:
+    """A TCP port free on rank 0 now, on every rank."""
+    port = None
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    return comm.bcast(port)
+
+
 @pytest.fixture(scope="module")
 def groups():
     """(gloo, pyar): gloo's default group over COMM_WORLD (rendezvous on a port rank 0
     picked) and a pyar group over the same ranks (``new_group(backend="pyar")``)."""
     comm = MPI.COMM_WORLD
-    port = np.zeros(1, np.int64)
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port[0] = s.getsockname()[1]
-    comm.Bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{int(port[0])}",
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port(comm)}",
                             rank=comm.rank, world_size=comm.size)
     ours = dist.new_group(backend="pyar", timeout=timedelta(seconds=SECONDS))
     yield dist.distributed_c10d._get_default_group(), ours
@@ -140,6 +144,29 @@ def test_init_process_group_takes_mpis_ranks_and_refuses_others(comm):
         t = torch.full((5,), float(comm.rank + 1))
         dist.all_reduce(t)
         agree(comm, torch.equal(t, torch.full((5,), comm.size * (comm.size + 1) / 2)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_env_rendezvous_works_and_ranks_disagreeing_with_mpi_are_refused(comm, monkeypatch):
+    """Under torchrun's variables (env://, torch's TCP store) the backend runs too; a RANK
+    that is not MPI's rank is a ValueError on every rank, naming both."""
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("WORLD_SIZE", str(comm.size))
+    monkeypatch.setenv("MASTER_PORT", str(free_port(comm)))
+    monkeypatch.setenv("RANK", str((comm.rank + 1) % comm.size))
+    with pytest.raises(ValueError, match=f"torch gave rank {(comm.rank + 1) % comm.size} of "
+                                         f"{comm.size}, MPI has rank {comm.rank}"):
+        dist.init_process_group("pyar", timeout=timedelta(seconds=SECONDS))
+    agree(comm, not dist.is_initialized())
+    monkeypatch.setenv("MASTER_PORT", str(free_port(comm)))     # (a fresh store)
+    monkeypatch.setenv("RANK", str(comm.rank))
+    dist.init_process_group("pyar", timeout=timedelta(seconds=SECONDS))
+    try:
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        agree(comm, dist.get_backend() == "pyar" and torch.equal(t, torch.full((3,), 1.0 *
+                                                                           comm.size)))
     finally:
         dist.destroy_process_group()
 

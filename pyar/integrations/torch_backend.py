@@ -1,4 +1,4 @@
-"""pyar as a ``torch.distributed`` backend: ``dist.init_process_group("pyar", init_method="pyar://")``.
+"""pyar as a ``torch.distributed`` backend: ``init_process_group("pyar", init_method="pyar://")``.
 
 :func:`register` (run by ``import pyar.torch``) registers the backend ``"pyar"``
 (``torch.distributed.Backend.register_backend``) and the rendezvous scheme

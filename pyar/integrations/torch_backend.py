@@ -42,7 +42,9 @@ list ``alltoall`` first allgather every rank's counts (a blocking call: also the
 the ranks' splits agree, a ValueError on every rank otherwise), then run one alltoall of
 blocks padded to the largest count; list ``allgather``, ``reduce_scatter`` and
 ``allreduce_coalesced`` copy through one flat buffer. ``recv`` from any source and
-``PREMUL_SUM``/bitwise ops are not supported (a clear error).
+``PREMUL_SUM``/bitwise ops are not supported (a clear error). A group's MPI communicators
+(its own, pyar's duplicate, the send/recv duplicate) stay allocated when torch destroys the
+group: MPI frees a communicator only collectively, which torch's teardown does not promise.
 """
 
 from __future__ import annotations
@@ -650,7 +652,11 @@ def _create(options, _backend_options=None) -> ProcessGroupPyar:
                          "initialized with less (mpi4py.rc.thread_level)")
     ranks = list(options.global_ranks_in_group)
     if ranks:
-        mpi = world.Create_group(world.Get_group().Incl(ranks))
+        whole = world.Get_group()
+        members = whole.Incl(ranks)
+        mpi = world.Create_group(members)
+        members.Free()
+        whole.Free()
     else:
         mpi = world
     problem = None

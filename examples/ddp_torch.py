@@ -99,7 +99,7 @@ def train(backend: str, compression: str, bucket_cap_mb: float, steps: int):
         params = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
         # torch's gloo group joins its worker thread when destroyed, with the GIL held; a
         # worker still releasing a Python future callback (torch's fp16 hook) then waits
-        # for the GIL for ever (seen at 4 ranks on 2 cores). The barrier runs on that
+        # for the GIL for ever (a deadlock in torch). The barrier runs on that
         # worker after the last callback: once it is done, the worker is idle.
         dist.barrier()
         return np.array(losses), seconds[WARMUP:], params

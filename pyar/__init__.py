@@ -7,6 +7,8 @@ The package is layered (``docs/architecture.md``): ``kernels`` < ``core`` < ``co
 
 __version__ = "0.1.0"
 
+import importlib
+
 from .algorithms import algorithms, register_algorithm
 from .api import (Persistent, allgather, allgather_init, allreduce, allreduce_init, alltoall,
                   alltoall_init, barrier, barrier_init, bcast, bcast_init, collective,
@@ -26,6 +28,14 @@ from .runtime.progress import Progress, Request, test_any, wait_all
 from .runtime.recorder import dump
 
 _progress.from_environment()        # PYAR_PROGRESS_THREAD=1: the thread starts now
+
+
+def __getattr__(name: str):
+    """``pyar.torch`` on first use after ``import pyar`` (importing it imports torch, seconds,
+    so ``import pyar`` does not): an ImportError naming the ``torch`` extra without torch."""
+    if name == "torch":
+        return importlib.import_module(".torch", __name__)     # (pyar/torch.py, lazily)
+    raise AttributeError(f"module 'pyar' has no attribute {name!r}")
 
 __all__ = [
     "Collective", "Comm", "GradientBuckets", "MismatchError", "Op", "Persistent", "Progress",

@@ -14,10 +14,13 @@ transform, its error-feedback state kept per bucket)::
 
     ddp.register_comm_hook(pyar.torch.HookState(compression="fp16"), pyar.torch.comm_hook)
 
-DDP still needs a process group for its set-up (a gloo one will do: it
-broadcasts the parameters and checks their shapes across ranks when it is
-made); with the hook and ``broadcast_buffers=False`` no gradient goes through
-it (``tests/mpi/test_torch.py`` checks that its sequence number stays put).
+DDP still needs a process group for its set-up (it broadcasts the parameters
+and checks their shapes across ranks when it is made): the pyar backend's
+(:mod:`pyar.integrations.torch_backend`, ``init_process_group("pyar",
+init_method="pyar://")``; pass ``HookState(comm=group.comm)`` to average on the
+group's own communicator) or any other; with the hook and
+``broadcast_buffers=False`` no gradient goes through it
+(``tests/mpi/test_torch.py`` counts the collectives started through the group).
 With a progress thread (``pyar.Progress()``) the hook only launches the
 average (one-phase transforms) and returns a future that a helper thread
 completes, so backward goes on meanwhile; otherwise it averages blocking, on

@@ -1,8 +1,8 @@
-"""pyar.torch on real ranks: tensors in the collectives, and DDP with pyar's comm hook (a gloo
-process group for its set-up only). Skipped without torch, and at other rank counts than 2
-and 3 (each rank importing torch on these 2-core machines takes seconds)."""
+"""pyar.torch on real ranks: tensors in the collectives, and DDP with pyar's comm hook on the
+pyar backend's process group (no gloo). Skipped without torch, and at other rank counts than
+2 and 3 (each rank importing torch on these 2-core machines takes seconds)."""
 
-import socket
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -15,22 +15,16 @@ dist = pytest.importorskip("torch.distributed")
 
 import pyar  # noqa: E402
 import pyar.integrations.torch as pt
+import pyar.torch  # noqa: F401  (registers the backend)
 
 from checks import agree  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def gloo():
-    """A gloo process group over the same ranks (rendezvous on a port rank 0 picked)."""
-    comm = MPI.COMM_WORLD
-    port = np.zeros(1, np.int64)
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port[0] = s.getsockname()[1]
-    comm.Bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{int(port[0])}",
-                            rank=comm.rank, world_size=comm.size)
+def group():
+    """The default process group on the pyar backend over the same ranks (MPI's rendezvous:
+    no store, no port)."""
+    dist.init_process_group("pyar", init_method="pyar://", timeout=timedelta(seconds=60))
     yield dist.distributed_c10d._get_default_group()
     dist.destroy_process_group()
 
@@ -58,8 +52,9 @@ def model_and_data(comm, steps):
 
 def train_ddp(comm, hook_state, steps=6, returned=None):
     """A DDP model trained ``steps`` steps (with pyar's hook unless ``hook_state`` is False);
-    its parameters and the gloo group's sequence numbers after each step. ``returned``: a
-    list to append whether each future the hook returned was complete."""
+    its parameters and the number of collectives started through the process group after
+    each step. ``returned``: a list to append whether each future the hook returned was
+    complete."""
     model, batches = model_and_data(comm, steps)
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
 
@@ -77,23 +72,24 @@ def train_ddp(comm, hook_state, steps=6, returned=None):
         opt.zero_grad()
         ddp(x).pow(2).mean().backward()
         opt.step()
-        seqs.append(group._get_sequence_number_for_group())
+        seqs.append(group.calls)
     return [p.detach().numpy().copy() for p in model.parameters()], seqs
 
 
-def test_ddp_with_pyar_hook_equals_ddp_with_gloo(comm, gloo):
-    theirs, _ = train_ddp(comm, False)
-    ours, seqs = train_ddp(comm, None)
+def test_ddp_with_pyar_hook_equals_ddp_with_the_groups_allreduce(comm, group):
+    theirs, calls = train_ddp(comm, False)
+    agree(comm, calls[-1] > calls[1], f"DDP's own allreduces went past the group: {calls}")
+    ours, calls = train_ddp(comm, None)
     agree(comm, all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(theirs, ours)),
-          "pyar's hook trained other parameters than gloo's allreduce")
-    # gloo is used for set-up only: DDP's second iteration broadcasts its rebuilt bucket
-    # order; from then on no collective goes through the process group
-    agree(comm, len(set(seqs[1:])) == 1, f"gloo sequence numbers per step: {seqs}")
+          "pyar's hook trained other parameters than DDP's allreduce on the pyar backend")
+    # the group is used for set-up only: DDP's second iteration broadcasts its rebuilt
+    # bucket order; from then on no collective goes through the process group
+    agree(comm, len(set(calls[1:])) == 1, f"collectives through the group per step: {calls}")
 
 
 @pytest.mark.parametrize("spec", ["fp16", "int8", "topk:0.5"])
-def test_ddp_hook_with_compression(comm, gloo, spec):
-    """fp16 and int8 train nearly what gloo's exact average does; top-k (half the gradients
+def test_ddp_hook_with_compression(comm, group, spec):
+    """fp16 and int8 train nearly what the exact average does; top-k (half the gradients
     each step, the rest fed back) other parameters, the same on every rank."""
     theirs, _ = train_ddp(comm, False, steps=3)
     state = pt.HookState(compression=spec)
@@ -110,7 +106,7 @@ def test_ddp_hook_with_compression(comm, gloo, spec):
 
 
 @pytest.mark.parametrize("spec", [None, "fp16", "int8"])
-def test_ddp_hook_with_a_progress_thread(comm, gloo, spec):
+def test_ddp_hook_with_a_progress_thread(comm, group, spec):
     """Inside pyar.Progress() the hook returns before the average is done (one-phase
     transforms; int8's two phases run blocking) and training comes out as without it."""
     blocking = []

@@ -1,0 +1,699 @@
+"""pyar as a ``torch.distributed`` backend: ``init_process_group("pyar", init_method="pyar://")``.
+
+:func:`register` (run by ``import pyar.torch``) registers the backend ``"pyar"``
+(``torch.distributed.Backend.register_backend``) and the rendezvous scheme
+``pyar://``; under ``mpiexec``::
+
+    import torch.distributed as dist, pyar.torch
+    dist.init_process_group("pyar", init_method="pyar://")
+    model = torch.nn.parallel.DistributedDataParallel(model)
+
+The rank and world size are MPI's (``COMM_WORLD``); a ``rank`` or ``world_size`` passed
+that disagrees is a ValueError on every rank. ``pyar://`` needs no store, address or port:
+the group's store is a process-local ``HashStore`` (nothing of pyar uses it; torch code that
+exchanges keys through the store across ranks does not work on it). Under ``env://``
+(torchrun's variables set) the backend also works, on torch's TCP store, and checks
+torch's rank and world size against MPI's the same way.
+
+The process group, :class:`ProcessGroupPyar`, is a Python subclass of
+``torch.distributed.ProcessGroup`` (torch takes one from a backend's creator as the group
+itself). Each collective runs on pyar's own collectives (:mod:`pyar.api`) on the group's
+:class:`pyar.Comm`; ``dist.new_group(ranks)`` makes a communicator of those ranks
+(``MPI_Comm_create_group``, collective over the members only). ``send``/``recv`` are MPI
+``Isend``/``Irecv`` on a duplicate of the group's communicator. Tensors are read and
+written in place through arrays sharing their memory (:func:`pyar.core.buffers.as_array`;
+CPU through ``Tensor.numpy()``, CUDA through DLPack, untested: no GPU here); bool through
+a uint8 view, SUM as logical or and PRODUCT as logical and (MIN, MAX as for uint8).
+
+``async_op=True`` (and every call DDP makes) starts pyar's nonblocking collective and
+returns a :class:`PyarWork` at once; its ``get_future()`` is completed by a helper thread
+that advances the requests in flight (``Request.test()``) every 50 us while any is
+pending, so DDP's bucket allreduces run while backward computes. ``async_op=False`` runs
+pyar's blocking call (its cached request: no thread involved). The group's ``timeout``
+(``init_process_group(timeout=...)``, torch's default 30 minutes) is pyar's ``timeout=`` on
+every call; a pyar failure (a timeout, a mismatch between the ranks' calls, a peer's
+failure) is raised as ``torch.distributed.DistBackendError`` with pyar's message (which
+call, which rank, which step, which peer), from the call or from ``wait()``.
+
+Costs beyond pyar's collective: ``gather`` is an allgather of which the root keeps the
+blocks and ``scatter`` a broadcast of the root's stacked blocks (each rank receives ``N``
+times a dedicated gather's or scatter's bytes); ``all_to_all_single`` with split sizes and
+list ``alltoall`` first allgather every rank's counts (a blocking call: also the check that
+the ranks' splits agree, a ValueError on every rank otherwise), then run one alltoall of
+blocks padded to the largest count; list ``allgather``, ``reduce_scatter`` and
+``allreduce_coalesced`` copy through one flat buffer. ``recv`` from any source and
+``PREMUL_SUM``/bitwise ops are not supported (a clear error). A group's MPI communicators
+(its own, pyar's duplicate, the send/recv duplicate) stay allocated when torch destroys the
+group: MPI frees a communicator only collectively, which torch's teardown does not promise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from urllib.parse import parse_qs, urlparse
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+from torch.distributed.rendezvous import register_rendezvous_handler
+
+from .. import api
+from ..core.buffers import as_array
+from ..core.errors import PyarError, TimeoutError as PyarTimeout
+from ..runtime.comm import Comm
+
+__all__ = ["BACKEND", "ProcessGroupPyar", "PyarWork", "register"]
+
+BACKEND = "pyar"
+POLL_SECONDS = 50e-6        # the helper thread's pause between passes over pending works
+
+_OPS = [(dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.AVG, "avg"),
+        (dist.ReduceOp.PRODUCT, "prod"), (dist.ReduceOp.MIN, "min"),
+        (dist.ReduceOp.MAX, "max")]
+_BOOL_OPS = {"sum": "max", "prod": "min", "min": "min", "max": "max"}
+
+
+def _op(op, dtype) -> str:
+    """pyar's name of the torch ReduceOp ``op`` for tensors of ``dtype``; ValueError for
+    what pyar does not reduce."""
+    for theirs, ours in _OPS:
+        if op == theirs:
+            if dtype == torch.bool:
+                if ours not in _BOOL_OPS:
+                    raise ValueError(f"pyar backend: {ours} of bool tensors is not defined")
+                return _BOOL_OPS[ours]
+            return ours
+    name = getattr(getattr(op, "op", op), "name", op)
+    raise ValueError(f"pyar backend: reduce op {name} is not supported (SUM, AVG, PRODUCT, "
+                     f"MIN, MAX are)")
+
+
+def _array(t):
+    """The array sharing ``t``'s memory (bool through uint8)."""
+    return as_array(t.view(torch.uint8) if t.dtype == torch.bool else t)
+
+
+def _one(tensors, what):
+    if len(tensors) != 1:
+        raise ValueError(f"pyar backend: {what} takes one tensor per process, got "
+                         f"{len(tensors)}")
+    return tensors[0]
+
+
+def _apart(x, out):
+    """``x``, or a copy of it where it shares memory with ``out`` (torch's in-place forms:
+    the input a slice of the output, or the output itself)."""
+    if x.numel() and out.numel() and \
+            x.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+        return x.clone(memory_format=torch.contiguous_format)
+    return x.contiguous()
+
+
+def _same(tensors, what):
+    """The common dtype and device of ``tensors``; ValueError if they differ."""
+    kinds = {(t.dtype, t.device) for t in tensors}
+    if len(kinds) > 1:
+        raise ValueError(f"pyar backend: {what} needs tensors of one dtype and device, got "
+                         f"{sorted(str(k) for k in kinds)}")
+
+
+def _error(e: PyarError) -> dist.DistBackendError:
+    """pyar's failure as torch's distributed error type, with pyar's message."""
+    error = dist.DistBackendError(f"pyar: {type(e).__name__}: {e}")
+    error.__cause__ = e
+    return error
+
+
+class _Writable:
+    """Where a collective writes a tensor's result: the tensor's own memory if it is
+    contiguous, else a contiguous copy, copied back by :meth:`back`."""
+
+    def __init__(self, t):
+        self.tensor = t
+        self.work = t if t.is_contiguous() else t.contiguous()
+        self.array = _array(self.work)
+
+    def back(self) -> None:
+        if self.work is not self.tensor:
+            self.tensor.copy_(self.work)
+
+
+class _Pending:
+    """An MPI request (send, recv) in the shape of a :class:`pyar.Request`."""
+
+    def __init__(self, request, what):
+        self.request, self.what, self.done = request, what, False
+
+    def test(self) -> bool:
+        if not self.done:
+            self.done = self.request.Test()
+        return self.done
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.test():
+            if deadline is not None and time.monotonic() > deadline:
+                raise PyarTimeout(f"{self.what} not complete after {timeout:.1f} s")
+            time.sleep(0)
+
+
+class PyarWork(dist.Work):
+    """One call's work: pyar's request in flight (or nothing, when it ran blocking), what to
+    do once it completes (``then``: copies out) and the future's value (``outputs``).
+
+    ``wait()`` completes it on the calling thread; ``get_future()`` a future that the helper
+    thread completes as soon as the request does (DDP's reducer waits on it). Thread-safe:
+    whichever of the two completes it first runs ``then`` once."""
+
+    def __init__(self, request, outputs, then=None, timeout=None):
+        super().__init__()
+        self._request, self._outputs, self._then = request, outputs, then
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._future = None
+        self._failure = None
+        self._finished = request is None
+        if self._finished and then is not None:
+            then()
+
+    def _finish(self, failure=None) -> None:
+        """Run ``then`` and settle the future, once (the request is complete or failed)."""
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+            if failure is None and self._then is not None:
+                try:
+                    self._then()
+                except Exception as e:      # (a copy-out failing: the work's failure)
+                    failure = e
+            self._failure = failure
+            future = self._future
+        if future is not None:
+            self._settle(future)
+
+    def _settle(self, future) -> None:
+        if self._failure is not None:
+            future.set_exception(self._failure)
+        else:
+            future.set_result(self._outputs)
+
+    def _poll(self) -> bool:
+        """Advance the request once; True once the work is finished (the helper's pass)."""
+        if self._finished:
+            return True
+        try:
+            if not self._request.test():
+                return False
+            self._request.wait()        # (complete: its result, or its error raised)
+            failure = None
+        except PyarError as e:
+            failure = _error(e)
+        except Exception as e:
+            failure = e
+        self._finish(failure)
+        return True
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        """Block until complete (``timeout``: at most that long, 0 for the group's own); raise
+        its failure (``DistBackendError`` for pyar's)."""
+        if not self._finished:
+            seconds = timeout.total_seconds() if timeout else self._timeout
+            try:
+                self._request.wait(seconds)
+                failure = None
+            except PyarError as e:
+                failure = _error(e)
+            except Exception as e:
+                failure = e
+            self._finish(failure)
+        if self._failure is not None:
+            raise self._failure
+        return True
+
+    def is_completed(self) -> bool:
+        return self._poll()
+
+    def is_success(self) -> bool:
+        return self._poll() and self._failure is None
+
+    def exception(self):
+        return self._failure
+
+    def result(self):
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future:
+        """A future of the output tensors, completed as soon as the request completes."""
+        with self._lock:
+            if self._future is None:
+                self._future = torch.futures.Future()
+                if self._finished:
+                    self._settle(self._future)
+                else:
+                    _helper.add(self)
+            return self._future
+
+
+class _Helper:
+    """A daemon thread advancing the works whose futures were asked for, while any is
+    pending (it sleeps on an event otherwise)."""
+
+    def __init__(self):
+        self.pending, self.wake, self.thread = [], threading.Event(), None
+        self.lock = threading.Lock()
+
+    def add(self, work: PyarWork) -> None:
+        with self.lock:
+            self.pending.append(work)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="pyar-torch-works",
+                                               daemon=True)
+                self.thread.start()
+        self.wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            if not self.pending:
+                self.wake.wait(0.05)
+                self.wake.clear()
+                continue
+            for work in list(self.pending):
+                if work._poll():
+                    with self.lock:
+                        self.pending.remove(work)
+            time.sleep(POLL_SECONDS)
+
+
+_helper = _Helper()
+
+
+class ProcessGroupPyar(dist.ProcessGroup):
+    """A torch process group whose collectives are pyar's, on the MPI communicator ``mpi``
+    (its ranks are the group's); ``timeout``: seconds every call may wait (None: for ever).
+    Made by the backend's creator (``init_process_group``, ``new_group``); ``comm`` is the
+    group's :class:`pyar.Comm` (``pyar.torch.HookState(comm=group.comm)``); ``calls`` counts
+    the collectives started through the group (not sends and receives)."""
+
+    def __init__(self, mpi: MPI.Comm, timeout: float | None = None):
+        super().__init__(mpi.Get_rank(), mpi.Get_size())
+        self.comm = Comm.of(mpi)
+        self.p2p = mpi.Dup()
+        self.p2p.Set_name("pyar torch send/recv")
+        self.timeout = timeout
+        self.calls = 0
+        self._size = mpi.Get_size()
+        self._group_name = self._group_desc = ""
+
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    def name(self) -> str:
+        return BACKEND
+
+    # torch names a group after making it (``group.group_name``: DeviceMesh, FSDP); a
+    # Python group keeps the names itself
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        return self._group_name
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:
+        return self._group_desc
+
+    # -- running a call -------------------------------------------------------------------
+
+    def _run(self, opts, call, outputs, then=None) -> PyarWork:
+        """``call(nonblocking)`` (pyar's call; a Request when nonblocking) as a work: blocking
+        unless ``opts.asyncOp`` (absent: nonblocking); pyar's failures as DistBackendError."""
+        nonblocking = getattr(opts, "asyncOp", True)
+        self.calls += 1
+        try:
+            if not nonblocking:
+                call(False)
+                return PyarWork(None, outputs, then)
+            return PyarWork(call(True), outputs, then, self.timeout)
+        except PyarError as e:
+            raise _error(e) from e
+
+    def _kw(self):
+        return {"comm": self.comm, "timeout": self.timeout}
+
+    # -- the collectives ------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        opts = opts or dist.AllreduceOptions()
+        t = _one(tensors, "allreduce")
+        op, target = _op(opts.reduceOp, t.dtype), _Writable(t)
+        a = target.array
+
+        def call(nb):
+            return (api.iallreduce if nb else api.allreduce)(a, a, op=op, **self._kw())
+        return self._run(opts, call, [t], target.back)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts or dist.AllreduceCoalescedOptions()
+        if not tensors:
+            return PyarWork(None, [])
+        _same(tensors, "allreduce_coalesced")
+        op = _op(opts.reduceOp, tensors[0].dtype)
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        a = _array(flat)
+
+        def then():
+            at = 0
+            for t in tensors:
+                t.copy_(flat[at:at + t.numel()].view(t.shape))
+                at += t.numel()
+
+        def call(nb):
+            return (api.iallreduce if nb else api.allreduce)(a, a, op=op, **self._kw())
+        return self._run(opts, call, tensors, then)
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts or dist.BroadcastOptions()
+        t = _one(tensors, "broadcast")
+        target = _Writable(t)
+        a, root = target.array, opts.rootRank
+
+        def call(nb):
+            return (api.ibcast if nb else api.bcast)(a, root=root, **self._kw())
+        return self._run(opts, call, [t], target.back)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        opts = opts or dist.AllgatherOptions()
+        x = _one(input_tensors, "allgather")
+        outs = _one(output_tensors, "allgather")
+        self._check_list(outs, x, "allgather's output list")
+        flat = torch.empty((self._size, *x.shape), dtype=x.dtype, device=x.device)
+        a, out = _array(x), _array(flat)
+
+        def then():
+            for i, o in enumerate(outs):
+                o.copy_(flat[i])
+
+        def call(nb):
+            return (api.iallgather if nb else api.allgather)(a, out, **self._kw())
+        return self._run(opts, call, [outs], then)
+
+    def _allgather_base(self, output, input, opts=None):
+        opts = opts or dist.AllgatherOptions()
+        if output.numel() != self._size * input.numel() or output.dtype != input.dtype:
+            raise ValueError(f"pyar backend: all_gather_into_tensor needs an output of "
+                             f"{self._size} x {input.numel()} elements of {input.dtype}, got "
+                             f"{output.numel()} of {output.dtype}")
+        target = _Writable(output)
+        a = _array(_apart(input, output))
+        out = target.array.reshape(self._size, *a.shape)
+
+        def call(nb):
+            return (api.iallgather if nb else api.allgather)(a, out, **self._kw())
+        return self._run(opts, call, [output], target.back)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        out = _one(output_tensors, "reduce_scatter")
+        ins = _one(input_tensors, "reduce_scatter")
+        self._check_list(ins, out, "reduce_scatter's input list")
+        op = _op(opts.reduceOp, out.dtype)
+        flat = torch.cat([t.reshape(-1) for t in ins])
+        target = _Writable(out)
+        a, o = _array(flat), target.array.reshape(-1)
+
+        def call(nb):
+            return (api.ireduce_scatter if nb else api.reduce_scatter)(a, o, op=op,
+                                                                        **self._kw())
+        return self._run(opts, call, [out], target.back)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        if input.numel() != self._size * output.numel() or output.dtype != input.dtype:
+            raise ValueError(f"pyar backend: reduce_scatter_tensor needs an input of "
+                             f"{self._size} x {output.numel()} elements of {output.dtype}, "
+                             f"got {input.numel()} of {input.dtype}")
+        op = _op(opts.reduceOp, output.dtype)
+        target = _Writable(output)
+        a, o = _array(_apart(input, output)).reshape(-1), target.array.reshape(-1)
+
+        def call(nb):
+            return (api.ireduce_scatter if nb else api.reduce_scatter)(a, o, op=op,
+                                                                        **self._kw())
+        return self._run(opts, call, [output], target.back)
+
+    def reduce(self, tensors, opts=None):
+        opts = opts or dist.ReduceOptions()
+        t = _one(tensors, "reduce")
+        op, target, root = _op(opts.reduceOp, t.dtype), _Writable(t), opts.rootRank
+        a = target.array
+
+        def call(nb):
+            return (api.ireduce if nb else api.reduce)(a, a, root=root, op=op, **self._kw())
+        return self._run(opts, call, [t], target.back)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = opts or dist.AllToAllOptions()
+        n = self._size
+        if output.dtype != input.dtype:
+            raise ValueError(f"pyar backend: all_to_all_single needs one dtype, got "
+                             f"{input.dtype} in and {output.dtype} out")
+        if not output_split_sizes and not input_split_sizes:
+            if input.numel() % n or output.numel() != input.numel():
+                raise ValueError(f"pyar backend: all_to_all_single without split sizes "
+                                 f"needs input and output of equal size divisible by {n}, "
+                                 f"got {input.numel()} and {output.numel()} elements")
+            target = _Writable(output)
+            a = _array(_apart(input, output)).reshape(n, -1)
+            o = target.array.reshape(n, -1)
+
+            def call(nb):
+                return (api.ialltoall if nb else api.alltoall)(a, o, **self._kw())
+            return self._run(opts, call, [output], target.back)
+        sent = self._counts(input, input_split_sizes, "input")
+        got = self._counts(output, output_split_sizes, "output")
+        target = _Writable(output)
+        return self._alltoallv(opts, _apart(input, output).reshape(-1), sent, target, got,
+                               [output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        opts = opts or dist.AllToAllOptions()
+        n = self._size
+        if len(output_tensors) != n or len(input_tensors) != n:
+            raise ValueError(f"pyar backend: all_to_all needs {n} input and {n} output "
+                             f"tensors, got {len(input_tensors)} and {len(output_tensors)}")
+        _same(list(input_tensors) + list(output_tensors), "all_to_all")
+        flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
+        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype,
+                               device=flat_in.device)
+        target = _Writable(flat_out)
+
+        def then():
+            at = 0
+            for t in output_tensors:
+                t.copy_(flat_out[at:at + t.numel()].view(t.shape))
+                at += t.numel()
+        return self._alltoallv(opts, flat_in, [t.numel() for t in input_tensors], target,
+                               [t.numel() for t in output_tensors], output_tensors, then)
+
+    def _counts(self, t, splits, which):
+        """Element counts per rank of ``t`` cut along dim 0 by ``splits`` (rows)."""
+        n = self._size
+        rows = t.shape[0] if t.dim() else 1
+        row = t.numel() // rows if rows else 0
+        splits = list(splits) if splits else [rows // n] * n
+        if len(splits) != n or sum(splits) != rows or any(s < 0 for s in splits):
+            raise ValueError(f"pyar backend: all_to_all_single's {which} split sizes {splits} "
+                             f"must be {n} counts >= 0 summing to its {rows} rows")
+        return [s * row for s in splits]
+
+    def _alltoallv(self, opts, flat_in, sent, target, got, outputs, after=None):
+        """An alltoall of uneven blocks: every rank's counts allgathered (blocking; checked to
+        agree: a ValueError on every rank), then one alltoall of blocks padded to the
+        largest."""
+        n = self._size
+        mine = np.array([sent, got], np.int64)
+        try:
+            every = api.allgather(mine, **self._kw())       # (n, 2, n)
+        except PyarError as e:
+            raise _error(e) from e
+        sends, wants = every[:, 0, :], every[:, 1, :]
+        wrong = np.argwhere(sends != wants.T)
+        if wrong.size:
+            i, j = (int(v) for v in wrong[0])
+            raise ValueError(f"pyar backend: all_to_all split sizes disagree: rank {i} sends "
+                             f"{sends[i, j]} elements to rank {j}, which expects "
+                             f"{wants[j, i]} ({len(wrong)} such pairs)")
+        width = int(sends.max()) if sends.size else 0
+        if width == 0:
+            return PyarWork(None, outputs, after)
+        x = torch.zeros((n, width), dtype=flat_in.dtype, device=flat_in.device)
+        y = torch.empty((n, width), dtype=flat_in.dtype, device=flat_in.device)
+        at = 0
+        for j, c in enumerate(sent):
+            x[j, :c] = flat_in[at:at + c]
+            at += c
+        a, o, out = _array(x), _array(y), target.work.reshape(-1)
+
+        def then():
+            at = 0
+            for i, c in enumerate(got):
+                out[at:at + c] = y[i, :c]
+                at += c
+            target.back()
+            if after is not None:
+                after()
+
+        def call(nb):
+            return (api.ialltoall if nb else api.alltoall)(a, o, **self._kw())
+        return self._run(opts, call, outputs, then)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        opts = opts or dist.GatherOptions()
+        x = _one(input_tensors, "gather")
+        root = opts.rootRank
+        outs = _one(output_tensors, "gather") if self.rank() == root else []
+        if self.rank() == root:
+            self._check_list(outs, x, "gather's output list")
+        elif output_tensors:
+            raise ValueError("pyar backend: gather's output list is for the root only")
+        flat = torch.empty((self._size, *x.shape), dtype=x.dtype, device=x.device)
+        a, out = _array(x), _array(flat)
+
+        def then():
+            for i, o in enumerate(outs):
+                o.copy_(flat[i])
+
+        def call(nb):
+            return (api.iallgather if nb else api.allgather)(a, out, **self._kw())
+        return self._run(opts, call, [outs] if outs else [], then)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts or dist.ScatterOptions()
+        t = _one(output_tensors, "scatter")
+        root = opts.rootRank
+        flat = torch.empty((self._size, *t.shape), dtype=t.dtype, device=t.device)
+        if self.rank() == root:
+            ins = _one(input_tensors, "scatter")
+            self._check_list(ins, t, "scatter's input list")
+            for i, s in enumerate(ins):
+                flat[i].copy_(s)
+        elif input_tensors:
+            raise ValueError("pyar backend: scatter's input list is for the root only")
+        a, me = _array(flat), self.rank()
+
+        def then():
+            t.copy_(flat[me])
+
+        def call(nb):
+            return (api.ibcast if nb else api.bcast)(a, root=root, **self._kw())
+        return self._run(opts, call, [t], then)
+
+    def barrier(self, opts=None):
+        def call(nb):
+            return (api.ibarrier if nb else api.barrier)(**self._kw())
+        return self._run(opts, call, [])
+
+    def _check_list(self, tensors, like, what):
+        if len(tensors) != self._size or any(
+                t.shape != like.shape or t.dtype != like.dtype for t in tensors):
+            raise ValueError(f"pyar backend: {what} must be {self._size} tensors of shape "
+                             f"{tuple(like.shape)} and dtype {like.dtype}")
+
+    # torch 2.13 calls these names (dist.all_gather_into_tensor, reduce_scatter_tensor,
+    # all_to_all_single); the older ones stay for code that calls them directly
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
+
+    # -- point to point -------------------------------------------------------------------
+
+    def send(self, tensors, dstRank, tag=0):
+        t = _one(tensors, "send").contiguous()
+        request = self.p2p.Isend([_array(t).view(np.uint8).reshape(-1), MPI.BYTE], dstRank,
+                                 tag)
+        return PyarWork(_Pending(request, f"send to rank {dstRank}"), [t], None, self.timeout)
+
+    def recv(self, tensors, srcRank, tag=0):
+        t = _one(tensors, "recv")
+        target = _Writable(t)
+        request = self.p2p.Irecv([target.array.view(np.uint8).reshape(-1), MPI.BYTE],
+                                 srcRank, tag)
+        return PyarWork(_Pending(request, f"recv from rank {srcRank}"), [t], target.back,
+                        self.timeout)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise ValueError("pyar backend: recv from any source is not supported; name src")
+
+
+def _seconds(timeout) -> float | None:
+    return None if timeout is None else timeout.total_seconds()
+
+
+def _agree(comm: MPI.Comm, problem: str | None) -> None:
+    """Raise ``problem`` (a ValueError) on every rank of ``comm`` if any rank has one."""
+    problems = comm.allgather(problem)
+    found = [(r, p) for r, p in enumerate(problems) if p]
+    if found:
+        raise ValueError("; ".join(f"rank {r}: {p}" for r, p in found))
+
+
+def _create(options, _backend_options=None) -> ProcessGroupPyar:
+    """The backend's creator (``extended_api``): the default group on COMM_WORLD, or a
+    new group's communicator of its global ranks (collective over them only)."""
+    world = MPI.COMM_WORLD
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:    # (the helper thread calls MPI too)
+        raise ValueError("the pyar backend needs MPI_THREAD_MULTIPLE; this MPI was "
+                         "initialized with less (mpi4py.rc.thread_level)")
+    ranks = list(options.global_ranks_in_group)
+    if ranks:
+        whole = world.Get_group()
+        members = whole.Incl(ranks)
+        mpi = world.Create_group(members)
+        members.Free()
+        whole.Free()
+    else:
+        mpi = world
+    problem = None
+    if (options.group_rank, options.group_size) != (mpi.Get_rank(), mpi.Get_size()):
+        problem = (f"torch gave rank {options.group_rank} of {options.group_size}, MPI has "
+                   f"rank {mpi.Get_rank()} of {mpi.Get_size()} (under mpiexec the pyar "
+                   f"backend takes MPI's: use init_method='pyar://' and pass neither)")
+    _agree(mpi, problem)
+    return ProcessGroupPyar(mpi, _seconds(options.timeout))
+
+
+def _rendezvous(url: str, timeout=None, **kwargs):
+    """``pyar://``: the rank and world size of MPI's COMM_WORLD, a process-local store; a
+    ``rank`` or ``world_size`` passed that disagrees is a ValueError on every rank."""
+    world = MPI.COMM_WORLD
+    query = {k: int(v[0]) for k, v in parse_qs(urlparse(url).query).items()
+             if k in ("rank", "world_size")}
+    problem = None
+    if query.get("rank", world.rank) != world.rank or \
+            query.get("world_size", world.size) != world.size:
+        problem = (f"init_process_group got rank {query.get('rank')} and world_size "
+                   f"{query.get('world_size')}, but MPI runs this process as rank "
+                   f"{world.rank} of {world.size} (pyar:// takes MPI's: pass neither)")
+    _agree(world, problem)
+    yield dist.HashStore(), world.rank, world.size
+    raise RuntimeError("pyar:// cannot rendezvous again (MPI's ranks do not change)")
+
+
+_registered: list = []
+
+
+def register() -> None:
+    """Register the backend ``"pyar"`` (CPU, and CUDA through DLPack) and the rendezvous
+    scheme ``pyar://`` with torch.distributed (once; again is a no-op)."""
+    if _registered:
+        return
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True,
+                                  devices=["cpu", "cuda"])
+    register_rendezvous_handler("pyar", _rendezvous)
+    _registered.append(True)

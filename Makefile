@@ -22,7 +22,7 @@ MPIEXEC  ?= $(PY) pyar/runtime/launch.py
 NP       ?= 4
 BENCH_OUT ?= bench-allreduce
 # What the venv installs: the torch extra too, so its tests run (the pinned CPU build), and docs
-# (the site's generator: tests/test_docs.py builds it strict)
+# (the site's generator: tests/unit/test_docs.py builds it strict)
 EXTRAS   ?= test,plot,torch,docs
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
@@ -58,7 +58,7 @@ run: $(VENV)/.kernels
 # Everything: the pure tests on TEST_JOBS pytest workers (pytest-xdist: one alone leaves a
 # core idle while a test waits for a timeout or a single-process job; a module's tests keep
 # to one worker, --dist loadscope, so that a module fixture's MPI jobs run once), their 20
-# slowest at the end, the docs among them (tests/test_docs.py: the site built strict, every
+# slowest at the end, the docs among them (tests/unit/test_docs.py: the site built strict, every
 # README and guide block run); then the MPI matrix, one run at a time (each says its rank
 # count, setting and time as it goes).
 TEST_JOBS ?= 2
@@ -130,7 +130,7 @@ gpu-check: $(VENV)/.kernels
 	  { echo "make gpu-check: cupy sees no CUDA device (driver, or cupy's CUDA version?)"; \
 	    exit 1; }
 	$(PY) -m pyar info | grep -E "^(CUDA-aware MPI|GPU buffers):"
-	env -u NUMBA_ENABLE_CUDASIM timeout -k 10 200 $(PY) -m pytest tests/test_gpu.py -v -rs
+	env -u NUMBA_ENABLE_CUDASIM timeout -k 10 200 $(PY) -m pytest tests/gpu/test_gpu.py -v -rs
 	env -u NUMBA_ENABLE_CUDASIM timeout -k 10 60 $(PY) -m pyar.kernels.bench_device
 
 # Each example runs as its first line says (# mpiexec -n N python -m mpi4py examples/...);

@@ -1,4 +1,5 @@
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -6,6 +7,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 MPI_TESTS = Path(__file__).parent / "mpi"
+# the helpers (launch, the scripts run under mpiexec, the stand-in cupy), importable by name
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 # the flight recorder dumps on every pyar error: the errors tests provoke dump there, not in cwd
 os.environ.setdefault("PYAR_DUMP_DIR", os.path.join(tempfile.gettempdir(), "pyar-test-dumps"))
 
@@ -44,7 +47,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark ``mpiexec`` every test whose function calls launch.run (tests/launch.py) or runs
+    """Mark ``mpiexec`` every test whose function calls launch.run (tests/helpers/launch.py) or runs
     ``make``: what makes the whole suite slow, and what ``make test-quick`` leaves out. (A
     module whose jobs start elsewhere, in a fixture or in pyar verify, marks itself.)"""
     import dis

@@ -6,16 +6,13 @@ timeout, and ``pyar doctor`` on the dumps must name the culprit (rank 2) and the
 Each job: tests/faults/faults.py under mpiexec -n 3, bounded by ``timeout``."""
 
 import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from launch import explain, run  # noqa: E402
+from launch import explain, run
 
-from pyar.observe import doctor  # noqa: E402
+from pyar.observe import doctor
 
 pytestmark = pytest.mark.mpiexec        # (every test's job, some started by a fixture)
 TIMEOUT = 1.0

@@ -163,10 +163,8 @@ def test_library_requests_begin_in_call_order_with_a_progress_thread(comm):
 def test_nonblocking_cupy_stand_in(comm):
     """The device path's requests (staged through pinned host memory), on the stand-in."""
     import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    import fake_cupy
+    import fake_cupy        # (tests/helpers: on the path by tests/conftest.py)
 
     fake_cupy.install()
     cupy = sys.modules["cupy"]

@@ -1,4 +1,4 @@
-"""A collective pyar does not have, registered from a test file (tests/test_new_collective.py),
+"""A collective pyar does not have, registered from a test file (tests/unit/test_new_collective.py),
 through the API under MPI (its algorithm and the MPI library's own call) and the bench.
 
 The record is registered at import, so every rank knows it before any test runs (every rank

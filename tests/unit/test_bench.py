@@ -67,7 +67,7 @@ def test_bench_table_json_and_plot(nprocs, tmp_path):
 
 def test_bench_counts_a_wrong_algorithm(tmp_path):
     out = tmp_path / "broken.json"
-    proc = run(3, "tests/bench_driver.py", "broken", "--", "-b", "64", "-e", "4K", "-f", "64",
+    proc = run(3, "tests/helpers/bench_driver.py", "broken", "--", "-b", "64", "-e", "4K", "-f", "64",
                "-n", "2", "-w", "1", "-a", "copy_left,ring", "--json", str(out), timeout=200)
     assert proc.returncode == 1, explain(proc)          # wrong rows fail the run
     rows = {(r["size"], r["algorithm"]): r for r in json.loads(out.read_text())["rows"]}
@@ -83,7 +83,7 @@ def test_bench_counts_a_wrong_algorithm(tmp_path):
 def test_bench_drives_every_collective(tmp_path):
     """Each collective's record: nccl-tests sizes and bus factors, variants, and every row
     correct."""
-    proc = run(3, "tests/bench_driver.py", "others", str(tmp_path), "--", "-b", "24",
+    proc = run(3, "tests/helpers/bench_driver.py", "others", str(tmp_path), "--", "-b", "24",
                "-e", "1536", "-f", "64", "-n", "2", "-w", "1", "-a", "auto", timeout=300)
     assert proc.returncode == 0, explain(proc)
     expect = {  # collective: (size for -b 24 and -e 1536 at 3 ranks, count, factor, variants)
@@ -136,7 +136,7 @@ def test_bench_persistent_rows_and_the_faster_library_call(collective, algorithm
 
 
 def test_bench_without_torch_says_so():
-    proc = run(2, "tests/bench_driver.py", "no_torch", "--", "-e", "8", "--peer", "gloo",
+    proc = run(2, "tests/helpers/bench_driver.py", "no_torch", "--", "-e", "8", "--peer", "gloo",
                timeout=100)
     assert proc.returncode != 0
     assert "--peer gloo needs torch (pip install torch), which is not importable" in proc.stderr

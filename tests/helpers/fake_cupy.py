@@ -16,7 +16,7 @@ caller launches kernels on its own buffers, as a training loop does. What
 this proves: pyar.runtime.device and the executor call the cupy API it models in an
 order that keeps MPI off buffers with pending work, reuse their pinned buffers, and give the numpy path's results. What it
 cannot prove: that real cupy behaves as modelled, that a CUDA-aware MPI takes
-these buffers, or anything about the CUDA kernels (tests/cuda_sim_check.py and
+these buffers, or anything about the CUDA kernels (tests/helpers/cuda_sim_check.py and
 ``make gpu-check`` cover those).
 """
 

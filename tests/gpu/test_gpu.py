@@ -51,7 +51,7 @@ def test_bfloat16_as_uint16_on_the_gpu():
 def test_every_collective_on_cupy_arrays_on_2_ranks(aware):
     if aware == "1" and not cuda.detect().aware:
         pytest.skip(f"the MPI library is not CUDA-aware ({cuda.detect().reason})")
-    proc = run(2, "tests/device_check.py", timeout=240,
+    proc = run(2, "tests/helpers/device_check.py", timeout=240,
                env={cuda.ENV: aware, "PYAR_DEVICE_CHECK": "cupy"})
     assert proc.returncode == 0, explain(proc)
     print(proc.stdout.strip().splitlines()[-1])

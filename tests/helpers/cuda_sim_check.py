@@ -1,4 +1,4 @@
-"""Run with NUMBA_ENABLE_CUDASIM=1 (tests/test_kernels.py does): the CUDA kernels, simulated on
+"""Run with NUMBA_ENABLE_CUDASIM=1 (tests/unit/test_kernels.py does): the CUDA kernels, simulated on
 the CPU, give the host kernels' bits for every op and dtype, on arbitrary bit patterns."""
 
 import os

@@ -1,6 +1,6 @@
 """Bounded waits (``timeout=``, ``PYAR_TIMEOUT``): a rank that never joins, or joins late,
 makes every other rank raise pyar.TimeoutError within the timeout + 2 s, naming the call,
-the step and the peer, on every path (tests/timeouts_check.py under mpiexec)."""
+the step and the peer, on every path (tests/helpers/timeouts_check.py under mpiexec)."""
 
 import json
 
@@ -16,7 +16,7 @@ SCENARIOS = ("mailbox", "large", "first call", "staged device", "sleeper")
     (3, {"PYAR_TIMEOUT": "1"}),                     # repeated small calls: the lean path
     (3, {"PYAR_TIMEOUT": "1", "PYAR_SHM_BYTES": "0"})])     # ... on persistent requests
 def test_every_waiting_rank_times_out_naming_call_step_and_peer(nprocs, env):
-    proc = run(nprocs, "tests/timeouts_check.py", timeout=120, env=env)
+    proc = run(nprocs, "tests/helpers/timeouts_check.py", timeout=120, env=env)
     assert proc.returncode == 0, explain(proc)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert {r["scenario"] for r in rows} == set(SCENARIOS), explain(proc)

@@ -1,6 +1,6 @@
-"""Runs ``pyar bench`` under mpiexec after preparing pyar for a test (tests/test_bench.py).
+"""Runs ``pyar bench`` under mpiexec after preparing pyar for a test (tests/unit/test_bench.py).
 
-    mpiexec -n N python -m mpi4py tests/bench_driver.py MODE [OUTDIR] -- BENCH_ARGS...
+    mpiexec -n N python -m mpi4py tests/helpers/bench_driver.py MODE [OUTDIR] -- BENCH_ARGS...
 
 MODE:
   broken     registers ``copy_left``: an allreduce that copies the left neighbour's

@@ -1,4 +1,4 @@
-"""Run under mpiexec -n 2 (tests/test_log.py, test_recorder.py, test_trace.py) with PYAR_DEBUG,
+"""Run under mpiexec -n 2 (tests/unit/test_log.py, test_recorder.py, test_trace.py) with PYAR_DEBUG,
 PYAR_DEBUG_FILE, PYAR_TRACE and PYAR_DUMP_DIR set by the test: a few calls of known
 arguments, then pyar.dump() and a SIGUSR1 dump; the tests read the files it leaves. Prints
 on rank 0 one JSON line: what the run saw of the hook."""

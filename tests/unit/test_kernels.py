@@ -239,7 +239,7 @@ def test_device_module_imports_without_a_gpu_or_cupy():
 
 
 def test_cuda_kernels_under_the_simulator():
-    script = pathlib.Path(__file__).with_name("cuda_sim_check.py")
+    script = pathlib.Path(__file__).parents[1] / "helpers" / "cuda_sim_check.py"
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"})
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

@@ -1,4 +1,4 @@
-"""Run under mpiexec (tests/test_timeouts.py): the last rank skips a call, or sleeps past the
+"""Run under mpiexec (tests/unit/test_timeouts.py): the last rank skips a call, or sleeps past the
 timeout, and every other rank must get pyar.TimeoutError within the timeout + 2 s, naming
 the call's number, the step and the peer; on every path. Prints one JSON line per rank and
 scenario (on rank 0): {"scenario", "rank", "error", "message", "seconds"}."""

@@ -1,4 +1,4 @@
-"""Run under mpiexec with NUMBA_CACHE_DIR set (tests/test_kernel_cache.py does): every rank
+"""Run under mpiexec with NUMBA_CACHE_DIR set (tests/unit/test_kernel_cache.py does): every rank
 compiles or loads the host kernels at the same moment, each in its own order of dtypes, checks
 every result, loads the mailbox program runner too, and rank 0 prints how often the kernels were
 compiled (cache misses) and loaded (cache hits) over all ranks."""

@@ -16,7 +16,7 @@ import pytest
 from pyar.verify import cases as C, check
 
 pytestmark = pytest.mark.mpiexec        # (pyar.verify.check starts the MPI jobs)
-HERE = Path(__file__).parent / "verify_targets"
+HERE = Path(__file__).parents[1] / "verify_targets"
 BROKEN = HERE / "broken.py"
 CASE_TIMEOUT = 5
 # target -> (the dimension its bug lives in, what the report must say, largest count the

@@ -1,6 +1,6 @@
-"""Run under mpiexec (tests/test_device.py does, with PYAR_CUDA_AWARE=0 and =1): every collective
-and algorithm on stand-in device arrays (tests/fake_cupy.py), or on cupy's with
-PYAR_DEVICE_CHECK=cupy (tests/test_gpu.py), gives the numpy path's bits, with the
+"""Run under mpiexec (tests/unit/test_device.py does, with PYAR_CUDA_AWARE=0 and =1): every collective
+and algorithm on stand-in device arrays (tests/helpers/fake_cupy.py), or on cupy's with
+PYAR_DEVICE_CHECK=cupy (tests/gpu/test_gpu.py), gives the numpy path's bits, with the
 API's out/in-place semantics, never calls MPI with work pending on the stream, and reuses its
 pinned buffer. A failed check raises, and ``-m mpi4py`` aborts the whole job."""
 
@@ -10,7 +10,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-REAL = os.environ.get("PYAR_DEVICE_CHECK") == "cupy"    # tests/test_gpu.py: on a real GPU
+REAL = os.environ.get("PYAR_DEVICE_CHECK") == "cupy"    # tests/gpu/test_gpu.py: on a real GPU
 if REAL:
     import cupy as cp
 else:

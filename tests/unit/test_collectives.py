@@ -9,7 +9,7 @@ from pyar.collectives import collective as record_of, records
 from pyar.core.ops import DTYPES, Op, is_float
 from pyar.verify import describe, mismatches, sample
 
-# every algorithm of every collective that takes data but allreduce (tests/test_algorithms.py)
+# every algorithm of every collective that takes data but allreduce (tests/unit/test_algorithms.py)
 CASES = [(r.name, a) for r in records() if r.name != "allreduce" and r.count(1, 2) > 0
          for a in pyar.algorithms(r.name) if a != "mpi"]
 SAME_EVERYWHERE = {"allreduce", "allgather", "bcast"}     # every rank gets the same bits

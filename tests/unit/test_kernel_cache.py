@@ -9,9 +9,9 @@ SIGNATURES = 4       # kernel_cache_check.py: fold_int on int32, fold_float on f
 
 def test_four_ranks_on_a_cold_cache(tmp_path):
     env = {"NUMBA_CACHE_DIR": str(tmp_path)}
-    cold = run(4, "tests/kernel_cache_check.py", timeout=240, env=env)
+    cold = run(4, "tests/helpers/kernel_cache_check.py", timeout=240, env=env)
     assert cold.returncode == 0 and "every result right" in cold.stdout, explain(cold)
     assert f"compiled {SIGNATURES} loaded {3 * SIGNATURES}" in cold.stdout, explain(cold)
-    warm = run(4, "tests/kernel_cache_check.py", timeout=240, env=env)
+    warm = run(4, "tests/helpers/kernel_cache_check.py", timeout=240, env=env)
     assert warm.returncode == 0 and "every result right" in warm.stdout, explain(warm)
     assert f"compiled 0 loaded {4 * SIGNATURES}" in warm.stdout, explain(warm)

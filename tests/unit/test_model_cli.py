@@ -15,7 +15,7 @@ from pyar.model import cost, tuner
 from pyar.core import loader
 from pyar.core.topology import Topology
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("scratch_registry")
 
 # Round numbers, so that the critical paths below can be added up by hand.

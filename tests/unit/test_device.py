@@ -1,6 +1,6 @@
 """Device buffers without a GPU: CUDA-awareness detection, `pyar info`, and pyar.runtime.device's logic on
-stand-in cupy arrays under MPI (tests/fake_cupy.py says what that does and does not prove).
-Tests on a real GPU: tests/test_gpu.py (`make gpu-check`)."""
+stand-in cupy arrays under MPI (tests/helpers/fake_cupy.py says what that does and does not prove).
+Tests on a real GPU: tests/gpu/test_gpu.py (`make gpu-check`)."""
 
 import subprocess
 import sys
@@ -109,7 +109,7 @@ def test_non_arrays_are_refused_by_the_device_path():
 @pytest.mark.parametrize("nprocs", [2, 3])
 @pytest.mark.parametrize("aware", ["0", "1"])
 def test_device_path_logic_on_stand_in_arrays(nprocs, aware):
-    proc = run(nprocs, "tests/device_check.py", timeout=240, env={cuda.ENV: aware})
+    proc = run(nprocs, "tests/helpers/device_check.py", timeout=240, env={cuda.ENV: aware})
     assert proc.returncode == 0, explain(proc)
     mode = "direct" if aware == "1" else "staged"
     assert f"device_check: {nprocs} ranks, {mode}: every collective" in proc.stdout, explain(proc)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyar.runtime import launch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # More ranks than cores: MPICH's own waits (the tests' reference collectives and agree())

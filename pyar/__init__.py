@@ -37,6 +37,7 @@ def __getattr__(name: str):
         return importlib.import_module(".torch", __name__)     # (pyar/torch.py, lazily)
     raise AttributeError(f"module 'pyar' has no attribute {name!r}")
 
+
 __all__ = [
     "Collective", "Comm", "GradientBuckets", "MismatchError", "Op", "Persistent", "Progress",
     "PyarError", "Request", "ScheduleError", "TimeoutError", "Topology", "algorithms",

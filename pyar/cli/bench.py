@@ -192,6 +192,7 @@ def _persistent_call(record: Collective, algorithm: str, comm, op):
         def run():
             start()
             return wait()
+        run.free = request.free     # (once timed: its shared memory for the next size)
         return run
     return call
 
@@ -217,8 +218,13 @@ def _library_persistent_call(record: Collective, comm: Comm, op):
             wait()
             if average:
                 np.divide(out, m.size, out=out)
+        run.free = request.Free
         return run
     return call
+
+
+def _nothing() -> None:
+    pass
 
 
 def _library_call(record: Collective, comm: Comm, op):
@@ -493,6 +499,8 @@ def run(*, collective="allreduce", minbytes="8", maxbytes="4M", stepfactor=4, it
                      else [None] * len(runs))
             for impl, t, w in zip(active, seconds, wrong):
                 found[impl.name][variant] = _measure(t, span, record.factor(size), w)
+            for run in runs:        # persistent requests: freed once timed and checked
+                getattr(run, "free", _nothing)()
         best = min((found[n][primary]["time_us"] for n in pyar_names), default=None)
         libraries = [n for n in (LIBRARY, LIBRARY_INIT) if n in found]
         baseline = {v: min(found[n][v]["time_us"] for n in libraries)

@@ -267,6 +267,7 @@ class Plan:
                               after=loader(data, resident.data), resident=resident)
             if kind == "bound":
                 resident = self.bind(comm, data, reduction, call, source)
+                free = resident.free
             else:       # its own mailboxes; where some message has none, the general path
                 pool = shm.pool_of(comm)    # (a Resident's MPI requests share one tag, which
                 channels = None if pool is None else \
@@ -276,13 +277,13 @@ class Plan:
                 native = np.array([resident is not None and resident.program is not None],
                                   np.int64)     # on every rank (the pairs must agree), or none
                 shm.bounded(comm.Iallreduce(MPI.IN_PLACE, native, MPI.MIN), native)
+                free = _releasing(resident, pool, channels)
                 if not native[0]:
-                    if resident is not None:
-                        resident.free()
+                    free()
                     return self._general(comm, data, fold, source, kind)
                 self._bound.add(resident)
             return Engine(_resident_launch(resident), _native(resident),
-                          resident.source is not None, free=resident.free, resident=resident)
+                          resident.source is not None, free=free, resident=resident)
         if kind == "own":
             stream, pool = None, shm.pool_of(comm)
             channels = None if pool is None else pool.streams(
@@ -293,9 +294,12 @@ class Plan:
                 stream.bind(data, source)
         else:
             stream = self.stream(comm, dtype, reduction, call)
+        if stream is not None and kind == "own":
+            return Engine(_program_launch(stream), stream, True,
+                          free=_releasing(None, pool, channels))
         if stream is not None:
-            return Engine(_program_launch(stream), stream, True, before=None if kind == "own"
-                          else partial(stream.bind, data, source))
+            return Engine(_program_launch(stream), stream, True,
+                          before=partial(stream.bind, data, source))
         return self._general(comm, data, fold, source, kind)
 
     def _general(self, comm, data, fold, source, kind) -> Engine:
@@ -307,6 +311,17 @@ class Plan:
         bufs = (data, *own, source)
         return Engine(lambda seq, tag: (self.steps, Context(bufs, comm, tag, fold), None, None),
                       fills=self.source)
+
+
+def _releasing(resident, pool, channels):
+    """``free()`` of a persistent request's own engine: its Resident's MPI requests (if any)
+    and its mailboxes' room in the shared segment (:meth:`.shm.Pool.release`)."""
+    def free():
+        if resident is not None:
+            resident.free()
+        if channels is not None:
+            pool.release(channels)
+    return free
 
 
 class Engine:

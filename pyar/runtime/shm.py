@@ -141,10 +141,12 @@ class Channel:
 class Channels:
     """A plan's channels for one element size: ``out[peer]``, ``into[peer]`` (comm ranks), the
     calls run so far (None once unusable), and the memory barrier ``sync`` (MPI_Win_sync;
-    None on x86-64, which needs none)."""
+    None on x86-64, which needs none); ``span``: where its ``into`` mailboxes lie in this
+    rank's segment (``(start, end)`` bytes)."""
 
-    def __init__(self, out: dict, into: dict, sync):
+    def __init__(self, out: dict, into: dict, sync, span=(0, 0)):
         self.out, self.into, self.sync, self.calls = out, into, sync, 0
+        self.span, self.released = span, False
 
 
 class Pool:
@@ -265,9 +267,19 @@ class Pool:
             if not agreed[0]:
                 self.used = start
                 return None
-        carved = Channels(out, into, None if _ORDERED else self.win.Sync)
+        carved = Channels(out, into, None if _ORDERED else self.win.Sync, (start, mine_at))
         self.carved.append(carved)
         return carved
+
+    def release(self, channels: Channels) -> None:
+        """``channels`` (carved for a persistent request, now freed) are used no more: runs on
+        them raise from now on, and their room in this rank's segment goes back to later
+        carvings once every channel carved after them is released too (the segment is a
+        stack). Local, as MPI_Request_free is: a peer writes into that room again only for
+        a request every rank made after this one (a carving is collective)."""
+        channels.calls, channels.released = None, True
+        while self.carved and self.carved[-1].released:
+            self.used = self.carved.pop().span[0]
 
     def free(self) -> None:
         """Free the window and the node communicator (collective over the node); Residents

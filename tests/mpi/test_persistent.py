@@ -243,3 +243,32 @@ def test_torch_tensors_run_persistent(comm):
             result = request.wait()
             agree(comm, result is t and torch.equal(t, torch.full(
                 (5,), float(sum(range(comm.size)) + step * comm.size))), repr(t))
+
+
+def test_a_freed_request_gives_its_shared_memory_back(comm):
+    """A request's own mailboxes (a Resident's, small; a Stream's, large) are carved from the
+    node's segment at init and go back to it when it is freed: requests made and freed in
+    turn, as a benchmark makes them size after size, never run out of it. With many alive
+    at once, they do, and the later ones run on MPI's point-to-point."""
+    from pyar.runtime import shm
+
+    c = pyar.Comm(comm)
+    pool = shm.pool_of(c.mpi)
+    if pool is None or comm.size == 1:
+        pytest.skip("no shared-memory segment (PYAR_SHM_BYTES=0, or one rank)")
+    before = pool.used
+    for count in (4, 1 << 17, 4, 1 << 17):
+        x = np.ones(count, np.float32)
+        with pyar.allreduce_init(x, comm=c, timeout=WAIT) as request:
+            for _ in range(3):
+                request.start()
+                assert (request.wait() == comm.size).all()
+            carved = pool.used
+        agree(comm, pool.used == before, f"{before} bytes used, {carved} alive, "
+                                         f"{pool.used} freed")
+    alive = [pyar.allreduce_init(np.ones(1 << 17, np.float32), comm=c, timeout=WAIT)
+             for _ in range(4)]
+    for request in reversed(alive):
+        request.free()
+    agree(comm, pool.used == before, f"{pool.used} bytes used after freeing, {before} before")
+    c.free()

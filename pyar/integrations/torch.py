@@ -27,9 +27,6 @@ completes, so backward goes on meanwhile; otherwise it averages blocking, on
 autograd's thread, and returns a completed future.
 """
 
-import threading
-import time
-
 import torch
 
 from ..core.buffers import as_array, as_tensor
@@ -37,6 +34,7 @@ from ..runtime import progress
 from ..runtime.comm import Comm
 from . import compression as _compression
 from .buckets import Flight, average
+from .poller import Poller
 
 __all__ = ["HookState", "as_array", "as_tensor", "comm_hook"]
 
@@ -79,7 +77,7 @@ def comm_hook(state, bucket) -> torch.futures.Future[torch.Tensor]:
         state.bytes_sent += t.wire_bytes(a.size, c)
     future = torch.futures.Future()
     if progress.thread is not None and (t is None or t.phases == 1):
-        _completer.add(flight, future, buffer, a)
+        _completer.add((flight, future, buffer, a))
     else:
         _finish(flight, future, buffer, a)
     return future
@@ -96,35 +94,16 @@ def _finish(flight, future, buffer, a) -> None:
     future.set_result(buffer)
 
 
-class _Completer:
-    """A daemon thread completing the futures of hooks whose averages the progress thread
-    advances (it only looks at whether a request is done, then finishes it)."""
-
-    def __init__(self):
-        self.pending, self.wake, self.thread = [], threading.Event(), None
-
-    def add(self, *item) -> None:
-        self.pending.append(item)
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._loop, name="pyar-torch-hooks",
-                                           daemon=True)
-            self.thread.start()
-        self.wake.set()
-
-    def _loop(self) -> None:
-        while True:
-            if not self.pending:
-                self.wake.wait(0.05)
-                self.wake.clear()
-                continue
-            for item in list(self.pending):
-                if item[0].request.done:
-                    self.pending.remove(item)
-                    _finish(*item)
-            time.sleep(50e-6)
+def _completed(item) -> bool:
+    """The hooks' poller's pass over ``item`` (flight, future, buffer, array): finished once
+    the progress thread has completed its request."""
+    if not item[0].request.done:
+        return False
+    _finish(*item)
+    return True
 
 
-_completer = _Completer()
+_completer = Poller("pyar-torch-hooks", _completed)
 _DEFAULT: list = []
 
 

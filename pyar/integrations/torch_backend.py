@@ -64,11 +64,11 @@ from .. import api
 from ..core.buffers import as_array
 from ..core.errors import PyarError, TimeoutError as PyarTimeout
 from ..runtime.comm import Comm
+from .poller import Poller
 
 __all__ = ["BACKEND", "ProcessGroupPyar", "PyarWork", "register"]
 
 BACKEND = "pyar"
-POLL_SECONDS = 50e-6        # the helper thread's pause between passes over pending works
 
 _OPS = [(dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.AVG, "avg"),
         (dist.ReduceOp.PRODUCT, "prod"), (dist.ReduceOp.MIN, "min"),
@@ -258,37 +258,7 @@ class PyarWork(dist.Work):
             return self._future
 
 
-class _Helper:
-    """A daemon thread advancing the works whose futures were asked for, while any is
-    pending (it sleeps on an event otherwise)."""
-
-    def __init__(self):
-        self.pending, self.wake, self.thread = [], threading.Event(), None
-        self.lock = threading.Lock()
-
-    def add(self, work: PyarWork) -> None:
-        with self.lock:
-            self.pending.append(work)
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._loop, name="pyar-torch-works",
-                                               daemon=True)
-                self.thread.start()
-        self.wake.set()
-
-    def _loop(self) -> None:
-        while True:
-            if not self.pending:
-                self.wake.wait(0.05)
-                self.wake.clear()
-                continue
-            for work in list(self.pending):
-                if work._poll():
-                    with self.lock:
-                        self.pending.remove(work)
-            time.sleep(POLL_SECONDS)
-
-
-_helper = _Helper()
+_helper = Poller("pyar-torch-works", PyarWork._poll)     # (futures asked for)
 
 
 class ProcessGroupPyar(dist.ProcessGroup):

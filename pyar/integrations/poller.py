@@ -1,0 +1,41 @@
+"""A daemon thread that finishes what completes in the background: the futures of torch's
+comm hooks and of the ``"pyar"`` process group's works."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+POLL_SECONDS = 50e-6        # the pause between passes over the pending items
+
+
+class Poller:
+    """While anything is pending, a daemon thread (``name``) calls ``poll(item)`` on each
+    pending item every :data:`POLL_SECONDS`; an item leaves once ``poll`` returns True
+    (it has finished it). The thread starts with the first item and idles (a 50 ms wait)
+    while none is pending."""
+
+    def __init__(self, name: str, poll):
+        self.name, self.poll = name, poll
+        self.pending, self.wake, self.thread = [], threading.Event(), None
+        self.lock = threading.Lock()
+
+    def add(self, item) -> None:
+        with self.lock:
+            self.pending.append(item)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self.thread.start()
+        self.wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            if not self.pending:
+                self.wake.wait(0.05)
+                self.wake.clear()
+                continue
+            for item in list(self.pending):
+                if self.poll(item):
+                    with self.lock:
+                        self.pending.remove(item)
+            time.sleep(POLL_SECONDS)

@@ -19,7 +19,7 @@ torch runs one thread per rank (``torch.set_num_threads(1)``), so that the ranks
 machine do not take each other's cores. The backend's start is two lines::
 
     import pyar.torch
-    torch.distributed.init_process_group("pyar", init_method="pyar://")
+    torch.distributed.init_process_group("pyar")
 """
 
 import argparse
@@ -43,7 +43,7 @@ def init(backend: str) -> None:
     """The default process group on ``backend``: pyar's rendezvous is MPI's, gloo's a TCP
     port rank 0 picks and broadcasts over MPI."""
     if backend == "pyar":
-        dist.init_process_group("pyar", init_method="pyar://")
+        dist.init_process_group("pyar")
         return
     comm = MPI.COMM_WORLD
     port = None

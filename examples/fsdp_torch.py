@@ -29,7 +29,7 @@ STEPS, WARMUP = 20, 5
 
 def init(backend: str) -> None:
     if backend == "pyar":
-        dist.init_process_group("pyar", init_method="pyar://")
+        dist.init_process_group("pyar")
         return
     comm = MPI.COMM_WORLD
     port = None

@@ -3,7 +3,7 @@ the DDP communication hook (:mod:`pyar.integrations.torch`) and the ``torch.dist
 backend ``"pyar"`` (:mod:`pyar.integrations.torch_backend`), registered on import::
 
     import pyar.torch
-    torch.distributed.init_process_group("pyar", init_method="pyar://")   # under mpiexec
+    torch.distributed.init_process_group("pyar")      # under mpiexec
 
 Importing it imports torch; without torch it is an ImportError naming the extra."""
 

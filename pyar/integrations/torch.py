@@ -16,8 +16,7 @@ transform, its error-feedback state kept per bucket)::
 
 DDP still needs a process group for its set-up (it broadcasts the parameters
 and checks their shapes across ranks when it is made): the pyar backend's
-(:mod:`pyar.integrations.torch_backend`, ``init_process_group("pyar",
-init_method="pyar://")``; pass ``HookState(comm=group.comm)`` to average on the
+(:mod:`pyar.integrations.torch_backend`, ``init_process_group("pyar")``; pass ``HookState(comm=group.comm)`` to average on the
 group's own communicator) or any other; with the hook and
 ``broadcast_buffers=False`` no gradient goes through it
 (``tests/mpi/test_torch.py`` counts the collectives started through the group).

@@ -1,19 +1,22 @@
-"""pyar as a ``torch.distributed`` backend: ``init_process_group("pyar", init_method="pyar://")``.
+"""pyar as a ``torch.distributed`` backend: ``init_process_group("pyar")`` under mpiexec.
 
 :func:`register` (run by ``import pyar.torch``) registers the backend ``"pyar"``
 (``torch.distributed.Backend.register_backend``) and the rendezvous scheme
-``pyar://``; under ``mpiexec``::
+``pyar://``, and takes torch's ``env://`` over where ``MASTER_ADDR`` is unset; under
+``mpiexec``::
 
     import torch.distributed as dist, pyar.torch
-    dist.init_process_group("pyar", init_method="pyar://")
+    dist.init_process_group("pyar")
     model = torch.nn.parallel.DistributedDataParallel(model)
 
 The rank and world size are MPI's (``COMM_WORLD``); a ``rank`` or ``world_size`` passed
-that disagrees is a ValueError on every rank. ``pyar://`` needs no store, address or port:
-the group's store is a process-local ``HashStore`` (nothing of pyar uses it; torch code that
-exchanges keys through the store across ranks does not work on it). Under ``env://``
-(torchrun's variables set) the backend also works, on torch's TCP store, and checks
-torch's rank and world size against MPI's the same way.
+that disagrees is a ValueError on every rank. Under torch's default ``env://`` with
+``MASTER_ADDR`` unset, rank 0 serves the TCP store on a port it picks and tells the others
+over MPI (groups of other backends made later share it); with torchrun's variables set,
+it is torch's own, and torch's ranks are checked against MPI's the same way. ``pyar://``
+needs no store, address or port: the group's store is a process-local ``HashStore``
+(nothing of pyar uses it; torch code that exchanges keys through the store across ranks
+does not work on it).
 
 The process group, :class:`ProcessGroupPyar`, is a Python subclass of
 ``torch.distributed.ProcessGroup`` (torch takes one from a backend's creator as the group
@@ -49,6 +52,8 @@ group: MPI frees a communicator only collectively, which torch's teardown does n
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -58,7 +63,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
-from torch.distributed.rendezvous import register_rendezvous_handler
+from torch.distributed.rendezvous import _rendezvous_handlers, register_rendezvous_handler
 
 from .. import api
 from ..core.buffers import as_array
@@ -638,9 +643,10 @@ def _create(options, _backend_options=None) -> ProcessGroupPyar:
     return ProcessGroupPyar(mpi, _seconds(options.timeout))
 
 
-def _rendezvous(url: str, timeout=None, **kwargs):
-    """``pyar://``: the rank and world size of MPI's COMM_WORLD, a process-local store; a
-    ``rank`` or ``world_size`` passed that disagrees is a ValueError on every rank."""
+def _mpi_ranks(url: str) -> MPI.Comm:
+    """COMM_WORLD, once every rank has checked that the ``rank`` and ``world_size`` in
+    ``url``'s query (init_process_group's, if passed) are MPI's (else a ValueError on every
+    rank, naming both)."""
     world = MPI.COMM_WORLD
     query = {k: int(v[0]) for k, v in parse_qs(urlparse(url).query).items()
              if k in ("rank", "world_size")}
@@ -649,13 +655,44 @@ def _rendezvous(url: str, timeout=None, **kwargs):
             query.get("world_size", world.size) != world.size:
         problem = (f"init_process_group got rank {query.get('rank')} and world_size "
                    f"{query.get('world_size')}, but MPI runs this process as rank "
-                   f"{world.rank} of {world.size} (pyar:// takes MPI's: pass neither)")
+                   f"{world.rank} of {world.size} (under mpiexec the ranks are MPI's: "
+                   f"pass neither)")
     _agree(world, problem)
+    return world
+
+
+def _rendezvous(url: str, timeout=None, **kwargs):
+    """``pyar://``: the rank and world size of MPI's COMM_WORLD, a process-local store."""
+    world = _mpi_ranks(url)
     yield dist.HashStore(), world.rank, world.size
     raise RuntimeError("pyar:// cannot rendezvous again (MPI's ranks do not change)")
 
 
+def _env_rendezvous(url: str, timeout=timedelta(minutes=30), **kwargs):
+    """``env://``, torch's default ``init_method``: torch's own where ``MASTER_ADDR`` is set
+    (torchrun's variables); else, under mpiexec, MPI's rank and world size and a TCP store
+    served by rank 0 on a port it picked (on the loopback where every rank shares its node,
+    else on its host name), told to the others over MPI: ``init_process_group("pyar")``
+    needs nothing more, and groups of other backends made later (gloo's) share the store."""
+    if os.environ.get("MASTER_ADDR"):
+        return (yield from _torch_env(url, timeout=timeout, **kwargs))
+    world = _mpi_ranks(url)
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
+    host = "127.0.0.1" if node.Get_size() == world.size else socket.gethostname()
+    node.Free()
+    store = None
+    if world.rank == 0:
+        store = dist.TCPStore(host, 0, world.size, True, timeout, wait_for_workers=False)
+    host, port = world.bcast((host, store.port) if store else None)
+    if store is None:
+        store = dist.TCPStore(host, port, world.size, False, timeout)
+    yield store, world.rank, world.size
+    raise RuntimeError("env:// through MPI cannot rendezvous again (MPI's ranks do not "
+                       "change)")
+
+
 _registered: list = []
+_torch_env = _rendezvous_handlers["env"]        # torch's env:// (MASTER_ADDR set)
 
 
 def register() -> None:
@@ -666,4 +703,6 @@ def register() -> None:
     dist.Backend.register_backend(BACKEND, _create, extended_api=True,
                                   devices=["cpu", "cuda"])
     register_rendezvous_handler("pyar", _rendezvous)
+    # torch has no public way to replace a scheme's handler: its table, by hand (torch pinned)
+    _rendezvous_handlers["env"] = _env_rendezvous
     _registered.append(True)

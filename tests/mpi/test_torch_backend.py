@@ -171,6 +171,31 @@ def test_env_rendezvous_works_and_ranks_disagreeing_with_mpi_are_refused(comm, m
         dist.destroy_process_group()
 
 
+def test_the_bare_init_takes_mpis_ranks_and_a_store_gloo_groups_share(comm, monkeypatch):
+    """``init_process_group("pyar")`` with none of torchrun's variables (torch's default
+    env://): MPI's ranks, a TCP store rank 0 serves, on which a gloo group works too; a
+    rank passed that is not MPI's is a ValueError on every rank."""
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    wrong = (comm.rank + 1) % comm.size
+    if comm.size > 1:
+        with pytest.raises(ValueError, match="MPI runs this process as rank"):
+            dist.init_process_group("pyar", rank=wrong, world_size=comm.size)
+        agree(comm, not dist.is_initialized())
+    dist.init_process_group("pyar", timeout=timedelta(seconds=SECONDS))
+    try:
+        t = torch.full((4,), float(comm.rank + 1))
+        dist.all_reduce(t)
+        gloo = dist.new_group(backend="gloo")
+        u = torch.ones(2)
+        dist.all_reduce(u, group=gloo)
+        agree(comm, dist.get_backend() == "pyar" and dist.get_rank() == comm.rank and
+              torch.equal(t, torch.full((4,), comm.size * (comm.size + 1) / 2)) and
+              torch.equal(u, torch.full((2,), float(comm.size))))
+    finally:
+        dist.destroy_process_group()
+
+
 # -- the collectives against gloo -----------------------------------------------------------
 
 def check_reduction(comm, what, ours, theirs):

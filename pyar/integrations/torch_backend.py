@@ -367,6 +367,11 @@ class ProcessGroupPyar(dist.ProcessGroup):
         x = _one(input_tensors, "allgather")
         outs = _one(output_tensors, "allgather")
         self._check_list(outs, x, "allgather's output list")
+        return self._gathered(opts, x, outs)
+
+    def _gathered(self, opts, x, outs):
+        """Every rank's ``x`` allgathered into one flat tensor, then copied into ``outs`` (the
+        list of ``N`` tensors; empty where the rank keeps nothing: gather's non-roots)."""
         flat = torch.empty((self._size, *x.shape), dtype=x.dtype, device=x.device)
         a, out = _array(x), _array(flat)
 
@@ -376,7 +381,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
 
         def call(nb):
             return (api.iallgather if nb else api.allgather)(a, out, **self._kw())
-        return self._run(opts, call, [outs], then)
+        return self._run(opts, call, [outs] if outs else [], then)
 
     def _allgather_base(self, output, input, opts=None):
         opts = opts or dist.AllgatherOptions()
@@ -537,16 +542,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
             self._check_list(outs, x, "gather's output list")
         elif output_tensors:
             raise ValueError("pyar backend: gather's output list is for the root only")
-        flat = torch.empty((self._size, *x.shape), dtype=x.dtype, device=x.device)
-        a, out = _array(x), _array(flat)
-
-        def then():
-            for i, o in enumerate(outs):
-                o.copy_(flat[i])
-
-        def call(nb):
-            return (api.iallgather if nb else api.allgather)(a, out, **self._kw())
-        return self._run(opts, call, [outs] if outs else [], then)
+        return self._gathered(opts, x, outs)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ScatterOptions()

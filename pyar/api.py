@@ -51,7 +51,8 @@ __all__ = ["allgather", "allgather_init", "allreduce", "allreduce_init", "alltoa
 recorder.on_call_path(__file__)     # a call record's caller is outside this module
 
 
-def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=None):
+def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=None,
+              reduce_dtype=None):
     """Reduce ``x`` over all ranks of ``comm``; every rank gets the result.
 
     Args:
@@ -64,48 +65,56 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
         comm: an mpi4py communicator, a :class:`Comm`, or None (COMM_WORLD).
         timeout: seconds any wait of the call may take (else ``PYAR_TIMEOUT``; unset:
             none); past it, pyar.TimeoutError.
+        reduce_dtype: the dtype the reduction runs in (its messages and folds). None:
+            float32 for float16 and bfloat16 under sum, avg and prod (the result rounded
+            to x's type once; twice the bytes on the wire), x's dtype otherwise; x's
+            dtype itself to fold a half type in the half type (half the bytes, a rounding
+            per fold; partial sums may overflow where the result does not). The MPI
+            library's collective (``algorithm="mpi"``) reduces half types in float32.
 
     Returns:
         The reduced array, bitwise identical on every rank.
     """
-    return _call(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout)
+    return _call(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout, reduce_dtype)
 
 
-def iallreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=None) -> Request:
+def iallreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=None,
+               reduce_dtype=None) -> Request:
     """:func:`allreduce`, nonblocking: a :class:`pyar.Request` whose result is allreduce's.
     ``x`` must not be written until it is complete."""
-    return _start(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout)
+    return _start(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout, reduce_dtype)
 
 
 def allreduce_init(x, out=None, *, op="sum", algorithm="auto", comm=None,
-                   timeout=None) -> Persistent:
+                   timeout=None, reduce_dtype=None) -> Persistent:
     """:func:`allreduce`, persistent (MPI_Allreduce_init): a :class:`pyar.Persistent` request
     bound to ``x`` and ``out``, set up now (collective: every rank calls it alike, else
     MismatchError on every rank), then ``start()`` and ``wait()`` as often as needed;
     ``wait()`` returns the result (``out``, or the request's own array)."""
-    return _init(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout)
+    return _init(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout, reduce_dtype)
 
 
-def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=None):
+def reduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=None,
+              reduce_dtype=None):
     """Reduce ``x`` over all ranks; rank r gets block r of the result, flattened.
 
     The blocks are those ``numpy.array_split(x.ravel(), size)`` cuts. ``out``:
     None for a new array; ``x`` to work in x (overwritten) and get a view of
     its block; or an array of the block's shape ``(n,)`` and x's dtype.
     """
-    return _call(REDUCE_SCATTER, x, out, op, algorithm, comm, 0, timeout)
+    return _call(REDUCE_SCATTER, x, out, op, algorithm, comm, 0, timeout, reduce_dtype)
 
 
 def ireduce_scatter(x, out=None, *, op="sum", algorithm="auto", comm=None,
-                    timeout=None) -> Request:
+                    timeout=None, reduce_dtype=None) -> Request:
     """:func:`reduce_scatter`, nonblocking (a :class:`pyar.Request`)."""
-    return _start(REDUCE_SCATTER, x, out, op, algorithm, comm, 0, timeout)
+    return _start(REDUCE_SCATTER, x, out, op, algorithm, comm, 0, timeout, reduce_dtype)
 
 
 def reduce_scatter_init(x, out=None, *, op="sum", algorithm="auto", comm=None,
-                        timeout=None) -> Persistent:
+                        timeout=None, reduce_dtype=None) -> Persistent:
     """:func:`reduce_scatter`, persistent (a :class:`pyar.Persistent`; collective)."""
-    return _init(REDUCE_SCATTER, x, out, op, algorithm, comm, 0, timeout)
+    return _init(REDUCE_SCATTER, x, out, op, algorithm, comm, 0, timeout, reduce_dtype)
 
 
 def allgather(x, out=None, *, algorithm="auto", comm=None, timeout=None):
@@ -127,25 +136,26 @@ def allgather_init(x, out=None, *, algorithm="auto", comm=None, timeout=None) ->
     return _init(ALLGATHER, x, out, None, algorithm, comm, 0, timeout)
 
 
-def reduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None, timeout=None):
+def reduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None, timeout=None,
+           reduce_dtype=None):
     """Reduce ``x`` over all ranks onto ``root``; the root gets the result, the others None.
 
     ``out`` (on the root; ignored elsewhere) as for :func:`allreduce`. The
     input is never modified unless ``out is x``.
     """
-    return _call(REDUCE, x, out, op, algorithm, comm, root, timeout)
+    return _call(REDUCE, x, out, op, algorithm, comm, root, timeout, reduce_dtype)
 
 
 def ireduce(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None,
-            timeout=None) -> Request:
+            timeout=None, reduce_dtype=None) -> Request:
     """:func:`reduce`, nonblocking (a :class:`pyar.Request`; its result None off the root)."""
-    return _start(REDUCE, x, out, op, algorithm, comm, root, timeout)
+    return _start(REDUCE, x, out, op, algorithm, comm, root, timeout, reduce_dtype)
 
 
 def reduce_init(x, out=None, *, root=0, op="sum", algorithm="auto", comm=None,
-                timeout=None) -> Persistent:
+                timeout=None, reduce_dtype=None) -> Persistent:
     """:func:`reduce`, persistent (a :class:`pyar.Persistent`; collective)."""
-    return _init(REDUCE, x, out, op, algorithm, comm, root, timeout)
+    return _init(REDUCE, x, out, op, algorithm, comm, root, timeout, reduce_dtype)
 
 
 def bcast(x, *, root=0, algorithm="auto", comm=None, timeout=None):
@@ -197,60 +207,69 @@ def barrier_init(*, algorithm="auto", comm=None, timeout=None) -> Persistent:
 
 
 def collective(name: str, x, out=None, *, op="sum", root=0, algorithm="auto", comm=None,
-               timeout=None, nonblocking=False):
+               timeout=None, nonblocking=False, reduce_dtype=None):
     """Any registered collective by name (one added with ``register_collective`` too), with
     the arguments its record takes; a :class:`pyar.Request` if ``nonblocking``."""
     record = record_of(name)
     if root and not record.rooted:      # (it ran a rooted schedule: data left unreduced)
         rooted = [r.name for r in records() if r.rooted]
         raise ValueError(f"root is for {rooted}, not {name!r}")
+    if reduce_dtype is not None and not record.reduces:
+        raise ValueError(f"reduce_dtype is for a reduction, not {name!r}")
     run = _start if nonblocking else _call
-    return run(record, x, out, op if record.reduces else None, algorithm, comm, root, timeout)
+    return run(record, x, out, op if record.reduces else None, algorithm, comm, root, timeout,
+               reduce_dtype)
 
 
-def _call(record: Collective, x, out, op, algorithm, comm, root, timeout):
+def _call(record: Collective, x, out, op, algorithm, comm, root, timeout, reduce_dtype=None):
     """The blocking call: the cached request of a numpy call (:func:`persistent.call`); a
     torch call on arrays sharing its tensors' memory; a cupy call on the device path."""
-    if type(x) is np.ndarray:
-        return persistent.call(record, x, out, op, algorithm, comm, root, timeout)
+    if isinstance(x, np.ndarray):
+        return persistent.call(record, x, out, op, algorithm, comm, root, timeout,
+                               reduce_dtype)
     if is_torch(x):
         a, target, back = _arrays(x, out)
-        return back(_call(record, a, target, op, algorithm, comm, root, timeout))
-    if not isinstance(x, np.ndarray):
-        return _on_device(record, x, out, op, algorithm, comm, root, timeout, False)
-    return persistent.call(record, x, out, op, algorithm, comm, root, timeout)
+        return back(_call(record, a, target, op, algorithm, comm, root, timeout,
+                          reduce_dtype))
+    return _on_device(record, x, out, op, algorithm, comm, root, timeout, False, None,
+                      reduce_dtype)
 
 
-def _start(record: Collective, x, out, op, algorithm, comm, root, timeout) -> Request:
+def _start(record: Collective, x, out, op, algorithm, comm, root, timeout,
+           reduce_dtype=None) -> Request:
     """The nonblocking call: a request of its own, started (:func:`persistent.start_once`)."""
     then = None
     if is_torch(x):
         x, out, then = _arrays(x, out)
     if isinstance(x, np.ndarray):
         return Request(persistent.start_once(record, x, out, op, algorithm, comm, root,
-                                             timeout, then))
+                                             timeout, then, reduce_dtype))
     return Request(_on_device(record, x, out, op, algorithm, comm, root, timeout, True,
-                              then))
+                              then, reduce_dtype))
 
 
-def _init(record: Collective, x, out, op, algorithm, comm, root, timeout) -> Persistent:
+def _init(record: Collective, x, out, op, algorithm, comm, root, timeout,
+          reduce_dtype=None) -> Persistent:
     """The persistent request (:class:`pyar.Persistent`; a cupy array's, :mod:`.device`)."""
     then = None
     if is_torch(x):
         x, out, then = _arrays(x, out)
     if isinstance(x, np.ndarray):
-        return Persistent(record, x, out, op, algorithm, comm, root, timeout, then)
-    return device.Persistent(record, x, out, op, algorithm, comm, root, timeout, then)
+        return Persistent(record, x, out, op, algorithm, comm, root, timeout, then,
+                          reduce_dtype=reduce_dtype)
+    return device.Persistent(record, x, out, op, algorithm, comm, root, timeout, then,
+                             reduce_dtype)
 
 
-def _on_device(record, x, out, op, algorithm, comm, root, timeout, nonblocking, then=None):
+def _on_device(record, x, out, op, algorithm, comm, root, timeout, nonblocking, then=None,
+               reduce_dtype=None):
     """A call on a cupy array (:func:`pyar.runtime.device.collective`), holding the call
     token of its communicator."""
     c = Comm.of(comm)
     c.enter(f"pyar.{record.name}")
     try:
         return device.collective(record, x, out, op, algorithm, c, root, timeout, nonblocking,
-                                 then)
+                                 then, reduce_dtype)
     finally:
         c.leave()
 

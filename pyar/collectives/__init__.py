@@ -54,6 +54,27 @@ class Work(NamedTuple):
     load: Callable | None = None
 
 
+def widened(record, x: np.ndarray, out, rank: int, size: int, root: int, dtype) -> Work:
+    """The buffers of ``record``'s reduction of ``x`` run in the wider ``dtype``
+    (:func:`pyar.core.ops.accumulator`): a shadow of x in ``dtype``, which ``load()``
+    fills (widening x) and the schedule works in, and ``finish()``, which rounds the
+    result to x's dtype once, into the buffers ``record`` prepares for ``x`` and
+    ``out`` (its ``out`` rules unchanged). Cost: the shadow (x's elements in ``dtype``)
+    and a widening and a rounding copy per call."""
+    narrow = record.prepare(x, out, rank, size, root, copy=False)
+    shadow = np.empty(x.shape, dtype)
+    wide = record.prepare(shadow, shadow, rank, size, root)
+
+    def finish():
+        wide.finish()
+        if narrow.reduced is not None:
+            with np.errstate(over="ignore"):    # (beyond the half type's range: inf, as IEEE)
+                narrow.reduced[...] = wide.reduced
+        return narrow.finish()
+    return Work(wide.data, wide.reduced, finish, partial(np.copyto, shadow, x,
+                                                         casting="unsafe"))
+
+
 def block(count: int, size: int, rank: int) -> slice:
     """Block ``rank`` of a buffer of ``count`` elements cut in ``size`` blocks."""
     return slice(*split(count, size)[rank])

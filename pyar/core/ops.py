@@ -78,6 +78,29 @@ def check(op: Op, dtype: np.dtype) -> None:
         raise TypeError(f"op 'avg' needs a floating dtype, got {dtype}; use 'sum' and divide")
 
 
+def accumulator(dtype, op: Op | None, asked=None) -> np.dtype:
+    """The dtype a collective on ``dtype`` data with ``op`` runs in: its buffers, its messages
+    and its folds. ``asked`` (a call's ``reduce_dtype``), if given: ``dtype`` itself, or
+    float32 for a half type. Else float32 for float16 and bfloat16 under sum, avg and
+    prod, whose partial results kept in the half type overflow or lose bits where the
+    exact result does not: the result is rounded to the half type once, at the end, and
+    the messages carry twice the bytes; ``dtype`` itself otherwise (max and min are
+    exact in any type; a collective that does not reduce moves x's bytes)."""
+    dtype = np.dtype(dtype)
+    if op is None:
+        return dtype
+    if asked is not None:
+        wide = np.dtype(asked)
+        if wide == dtype or (dtype in HALF and wide == np.float32):
+            return wide
+        allowed = f"{dtype} or float32" if dtype in HALF else f"{dtype}"
+        raise ValueError(f"reduce_dtype must be None or {allowed} for {dtype} data, "
+                         f"got {asked!r}")
+    if dtype in HALF and op is not Op.MAX and op is not Op.MIN:
+        return np.dtype(np.float32)
+    return dtype
+
+
 def finalize(buf, op: Op, size: int) -> None:
     """Finish ``op`` on a reduced buffer in place: ``avg`` divides the sum by ``size``
     (:func:`pyar.kernels.divide_into`: half types through float32)."""

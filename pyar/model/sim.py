@@ -56,7 +56,7 @@ class SimResult:
 
 
 def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
-             overwrite: bool = False, progress=None) -> SimResult:
+             overwrite: bool = False, progress=None, reduce_dtype=None) -> SimResult:
     """Run ``schedule`` for all its ranks at once; ``inputs[r]`` is what rank r passes.
 
     ``inputs[r]`` is the ``x`` rank r would pass to the collective (see
@@ -70,15 +70,20 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
     dtype or None (float32): the messages are matched, counted and checked
     for size and deadlock alike, and the outputs are None. ``progress``, if
     given, is called about once a second as ``progress(steps done, steps)``.
+    A reduction runs in ``reduce_dtype`` as the runtime's does
+    (:func:`pyar.core.ops.accumulator`: float16 and bfloat16 sums in float32 by
+    default, the outputs rounded to the inputs' dtype once); the bytes counted
+    are those of the type it runs in.
     """
     op = ops.resolve(op)
     record = collectives.collective(schedule.collective)
     size, count = schedule.size, schedule.count
     if not data:
         dtype = ops.check_dtype(np.dtype("float32" if inputs is None else inputs))
+        wire = ops.accumulator(dtype, op if record.reduces else None, reduce_dtype)
         with _collector_paused():
             table = schedule.table()
-            stats = _stats(table, dtype.itemsize, schedule.topology)
+            stats = _stats(table, wire.itemsize, schedule.topology)
             _Run(table, count, None, None, None).run(progress)
         return SimResult([None] * size, stats)
     if record.count(1, size) == 0:          # a barrier: no input
@@ -96,23 +101,25 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
             raise ValueError(f"input of rank {r} must have {expected} elements of {dtype} "
                              f"(a {record.name} of count {count}), got {a.size} of {a.dtype}")
         record.check(a.shape, size)
+    wire = ops.accumulator(dtype, op if record.reduces else None, reduce_dtype)
     with _collector_paused():
         table = schedule.table()
         scratch = np.zeros(size, np.int64)
         np.maximum.at(scratch, table.rank[table.scratch], table.hi[table.scratch])
         base = np.concatenate(([0], np.cumsum(scratch)))        # each rank's scratch offset
         as_is = type(record).load is collectives.Collective.load
-        if (overwrite and as_is and not base[-1] and isinstance(inputs, np.ndarray)
+        if (overwrite and as_is and not base[-1] and wire == dtype
+                and isinstance(inputs, np.ndarray)
                 and inputs.flags.c_contiguous and inputs.flags.writeable):
             memory = inputs.reshape(-1)
             data_part = memory.reshape(size, count)
         else:
-            memory = np.empty(size * count + int(base[-1]), dtype)
+            memory = np.empty(size * count + int(base[-1]), wire)
             data_part = memory[:size * count].reshape(size, count)
             for r, a in enumerate(arrays):
                 data_part[r] = a.reshape(-1) if as_is else record.load(a, r, size)
         written = np.zeros(int(base[-1]), bool)                 # scratch received into
-        stats = _stats(table, dtype.itemsize, schedule.topology)
+        stats = _stats(table, wire.itemsize, schedule.topology)
         offset = np.where(table.scratch, size * count + base[table.rank],
                           table.rank * count) + table.lo
         _Run(table, count, memory, written, offset, op.reduction).run(progress)
@@ -121,6 +128,9 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
         out = record.result(data_part[r], a.shape, r, size, schedule.root)
         if out is not None and record.reduces:
             ops.finalize(out, op, size)
+            if out.dtype != dtype:
+                with np.errstate(over="ignore"):   # (beyond the half type's range: inf)
+                    out = out.astype(dtype)
         outputs.append(out)
     return SimResult(outputs, stats)
 

@@ -7,8 +7,8 @@ with its buffers, datatypes and op bound beforehand: the bare mpi4py call
 (``comm.Allreduce(...)``), what the bench times. Reductions pass the
 element type (:func:`typed`), so the library reduces with its own op; data
 movement passes bytes (:func:`as_bytes`), so any dtype works. MPI has no
-float16 or bfloat16: :func:`library` widens those to float32 and rounds the
-result back once.
+float16 or bfloat16: a call reduces those in float32
+(:func:`pyar.runtime.calls.runs_in`), so they never reach the library.
 
 A collective that is not built in brings its own call
 (:meth:`pyar.collectives.Collective.library`).
@@ -29,8 +29,6 @@ from ..collectives.barrier import Barrier
 from ..collectives.bcast import Bcast
 from ..collectives.reduce import Reduce
 from ..collectives.reduce_scatter import ReduceScatter
-from ..core.buffers import loader
-from ..kernels import HALF
 from .progress import Step
 
 IN_PLACE, BYTE = MPI.IN_PLACE, MPI.BYTE
@@ -129,17 +127,15 @@ class Library(Step):
     """The MPI library's own collective (algorithm ``mpi``) as one step of a call, in its
     nonblocking or persistent form (every rank must call the same form, and whether a rank
     blocks depends on what it has in flight): ``call()`` starts it and gives its request;
-    ``before()`` and ``after()``, if given, run before it starts and once it is complete."""
+    ``after()``, if given, runs once it is complete."""
 
-    __slots__ = ("call", "before", "after", "request")
+    __slots__ = ("call", "after", "request")
     where = "the MPI library's collective"
 
-    def __init__(self, call, after=None, before=None):
-        self.call, self.before, self.after, self.request = call, before, after, None
+    def __init__(self, call, after=None):
+        self.call, self.after, self.request = call, after, None
 
     def start(self, ctx):
-        if self.before is not None:
-            self.before()
         self.request = self.call()
 
     def test(self, ctx):
@@ -156,8 +152,8 @@ class PersistentLibrary(Library):
 
     __slots__ = ("persistent",)
 
-    def __init__(self, persistent, after=None, before=None):
-        super().__init__(self._start, after, before)
+    def __init__(self, persistent, after=None):
+        super().__init__(self._start, after)
         self.persistent = persistent
 
     def _start(self):
@@ -174,25 +170,10 @@ def library(record: Collective, c, x, work, reduction, root: int,
             persistent: bool = False) -> Library:
     """The MPI library's own ``record`` collective on a call's buffers (``work``, as the
     record prepared them for ``x`` on the :class:`~pyar.runtime.comm.Comm` ``c``), as one
-    step; half types, which MPI does not reduce, widened to float32 and rounded back once
-    at the end. ``persistent`` (a built-in collective: collective): the library's
-    persistent request, bound now, x widened again at each start."""
+    step. ``persistent`` (a built-in collective: collective): the library's persistent
+    request, bound now."""
     send, recv, after = record.library_buffers(x, work, c.rank, root)
-    before = None
-    if reduction is not None and send.dtype in HALF:
-        narrow, inner, given = recv, after, send
-        in_place = recv is send
-        send = send.astype(np.float32)
-        recv = send if in_place else None if narrow is None else narrow.astype(np.float32)
-        if persistent:
-            before = loader(send, given)
-
-        def after():
-            if narrow is not None:
-                narrow[...] = recv
-            if inner is not None:
-                inner()
     if persistent:
         return PersistentLibrary(library_call(record, c.mpi, send, recv, reduction, root,
-                                              "init")(), after, before)
+                                              "init")(), after)
     return Library(library_call(record, c.mpi, send, recv, reduction, root, start=True), after)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms import builder
+from ..algorithms import LIBRARY, builder
 from ..core import ops, schedule as _schedule
 from ..core.errors import MismatchError, ScheduleError
 from . import recorder
@@ -41,10 +41,18 @@ def check_root(root, size):
         raise ValueError(f"root must be a rank in [0, {size}), got {root!r}")
 
 
-def signature(record, op, dtype, count: int, root, name: str) -> tuple:
-    """A call as the ranks compare it: (collective, op, dtype, count, root, algorithm)."""
-    return (record.name, "-" if op is None else op.value, np.dtype(dtype).name, count,
-            int(root), name)
+def signature(record, op, dtype, count: int, root, name: str, wire=None) -> tuple:
+    """A call as the ranks compare it: (collective, op, dtype, count, root, algorithm); the
+    dtype reads ``"float16 in float32"`` where the reduction runs in a wider ``wire``."""
+    dtype = np.dtype(dtype)
+    named = dtype.name if wire is None or wire == dtype else f"{dtype.name} in {wire.name}"
+    return (record.name, "-" if op is None else op.value, named, count, int(root), name)
+
+
+def runs_in(name: str, wire: np.dtype, reduces: bool) -> np.dtype:
+    """The dtype algorithm ``name`` runs in, given the one asked for (``wire``): the MPI
+    library's collective reduces half types in float32 (MPI has none)."""
+    return np.dtype(np.float32) if reduces and name == LIBRARY and wire in ops.HALF else wire
 
 
 def compiled(c: Comm, collective: str, name: str, count: int, root: int, deadline,

@@ -9,8 +9,10 @@ way the data goes is decided once per process
   device buffer, the schedule runs on it (messages leave from and land in GPU
   memory, folds are CUDA kernels on cupy's current stream, the stream is
   synchronized before MPI touches a buffer), and the result is the buffer
-  itself or is copied into ``out``. ``algorithm="mpi"`` hands the device
-  buffer to the library's collective (float16 widened to float32 on the GPU).
+  itself or is copied into ``out``. A float16 sum, avg or prod runs in a
+  float32 copy (:func:`pyar.core.ops.accumulator`), widened and rounded back
+  on the GPU. ``algorithm="mpi"`` hands the device buffer to the library's
+  collective.
 - **staged** (it is not): ``x`` is copied into a pinned host buffer (reused
   from call to call; the copy waits for the current stream), the host
   collective runs there, folding with the host kernels, and the result is
@@ -44,7 +46,8 @@ __all__ = ["collective", "gpu_summary"]
 recorder.on_call_path(__file__)     # a call record's caller is outside this module
 
 
-def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking, then=None):
+def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking, then=None,
+               reduce_dtype=None):
     """``record``'s collective on the cupy array ``x`` (arguments as :mod:`pyar.api`'s): its
     result, or if ``nonblocking`` its :class:`~.progress.Run`, in flight. ``then(result)``
     maps the result, if given. The caller holds the communicator's call token."""
@@ -53,8 +56,9 @@ def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking, 
     target = _target(record, x, out, c, root)
     if not cuda.awareness().aware:
         return _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking,
-                       then)
-    run = _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking)
+                       then, reduce_dtype)
+    run = _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking,
+                  ops.accumulator(x.dtype, op, reduce_dtype))
     if then is not None:
         finish = run.finish
         run.finish = lambda: then(finish())
@@ -66,7 +70,8 @@ class Persistent(persistent.Persistent):
     the host request's; each start runs the device call anew (:func:`collective`: its
     device buffers, or its staging through pinned host memory)."""
 
-    def __init__(self, record, x, out, op, algorithm, comm, root, timeout, then=None):
+    def __init__(self, record, x, out, op, algorithm, comm, root, timeout, then=None,
+                 reduce_dtype=None):
         _cupy_of(x, "x")
         op, c = calls.checked(record, x, op, comm, root)
         _target(record, x, out, c, root)
@@ -74,10 +79,11 @@ class Persistent(persistent.Persistent):
         self.label, self.asked, self.then = f"pyar.{record.name}", algorithm, None
         self.timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
         count = record.count(x.size, c.size)
+        wire = ops.accumulator(x.dtype, op, reduce_dtype)
         self.name = name = tuner.select(record.name, algorithm, c.size, count,
-                                        count * x.dtype.itemsize, x.dtype,
-                                        topology=c.topology)
-        self.call = call = calls.signature(record, op, x.dtype, count, root, name)
+                                        count * wire.itemsize, wire, topology=c.topology)
+        self.wire = wire = calls.runs_in(name, wire, op is not None)
+        self.call = call = calls.signature(record, op, x.dtype, count, root, name, wire)
         self.sig = (record.name, None if op is None else op.value, x.dtype.name, x.size,
                     x.shape, root, name)
         init = (f"{record.name}_init", *call[1:])
@@ -93,7 +99,7 @@ class Persistent(persistent.Persistent):
                              None, call)
         finally:
             c.leave()
-        self.x, self.out, self.device_then = x, out, then
+        self.x, self.out, self.device_then, self.reduce_dtype = x, out, then, reduce_dtype
         self.state, self.run, self.result, self.engine = persistent.IDLE, None, None, None
         self.numbered = None
 
@@ -101,7 +107,8 @@ class Persistent(persistent.Persistent):
         self.state = persistent.ACTIVE
         try:
             found = collective(self.record, self.x, self.out, self.op, self.asked, c,
-                               self.root, self.timeout, True, self.device_then)
+                               self.root, self.timeout, True, self.device_then,
+                               self.reduce_dtype)
         except BaseException:
             self.state = persistent.IDLE
             raise
@@ -139,12 +146,16 @@ def _target(record, x, out, c, root):
     return out
 
 
-def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking):
-    """The run of the collective on device buffers, MPI reading and writing GPU memory."""
+def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking, wire):
+    """The run of the collective on device buffers, MPI reading and writing GPU memory;
+    a reduction in ``wire`` (:func:`pyar.core.ops.accumulator`) on a copy of x in it."""
     count = record.count(x.size, c.size)
     name = tuner.select(record.name, algorithm, c.size, count,
-                        count * x.dtype.itemsize, x.dtype, topology=c.topology)
+                        count * wire.itemsize, wire, topology=c.topology)
+    wire = calls.runs_in(name, wire, op is not None)
     data = record.load(x, c.rank, c.size)
+    if data.dtype != wire:
+        data = data.astype(wire)
     reduction = None if op is None else op.reduction
     timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
     deadline = progress.deadline_of(timeout)
@@ -158,7 +169,7 @@ def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblockin
         steps, ctx, done, abandon = [step], None, None, None
     else:
         plan = calls.compiled(c, record.name, name, count, root, deadline, what, None,
-                              calls.signature(record, op, x.dtype, count, root, name))
+                              calls.signature(record, op, x.dtype, count, root, name, wire))
         steps, ctx, done, abandon = cuda.execution(plan, c.mpi, tag, data, reduction,
                                                    alone=not nonblocking)
 
@@ -170,7 +181,9 @@ def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblockin
             return None
         if op is not None:               # on the 1-D buffer: the kernels take 1-D arrays
             ops.finalize(result if result.ndim == 1 else data, op, c.size)
-        if target is None:
+        if target is None:              # (a reduction in a wider type: rounded once, here)
+            if result.dtype != x.dtype:
+                return result.astype(x.dtype)
             return result.copy() if result.size != data.size else result
         target[...] = result
         return target
@@ -183,7 +196,8 @@ def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblockin
     return progress.Run(steps, ctx, finish, what, failed, deadline)
 
 
-def _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking, then):
+def _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking, then,
+            reduce_dtype):
     """The run of the host collective on a pinned host copy of ``x``, the result copied back.
 
     A blocking call reuses one pinned buffer; a nonblocking one has its own."""
@@ -211,7 +225,7 @@ def _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblockin
             return then(copy_back(result))
     request = persistent.Persistent(record, host[0], host[-1], op, algorithm, c, root,
                                     timeout, back, "once" if nonblocking else "staged",
-                                    held=True)
+                                    held=True, reduce_dtype=reduce_dtype)
     if not nonblocking:         # a failed call leaves the shared pinned buffer to late peers
         try:
             request._start(c)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..algorithms import LIBRARY, generation
+from ..collectives import widened
 from ..core import buffers, ops
 from ..core.errors import PyarError
 from ..core.ops import Op
@@ -75,12 +76,13 @@ class Persistent:
                  "timeout", "work", "engine", "load", "then", "state", "run", "result",
                  "began", "seq", "x", "out", "kind", "plan", "source", "reduction", "seen",
                  "fresh", "label", "finish", "averaged", "held", "numbered", "shapes",
-                 "__weakref__")
+                 "wire", "__weakref__")
 
     def __init__(self, record, x, out, op, algorithm, comm, root, timeout, then=None,
-                 kind="own", held=False):
+                 kind="own", held=False, reduce_dtype=None):
         """Set up ``record``'s collective on the numpy arrays ``x`` and ``out`` (docs/api.md's
-        rules), its arguments as the blocking call's; ``then(result)`` maps the result,
+        rules), its arguments as the blocking call's (``reduce_dtype``: the dtype a
+        reduction runs in, :func:`~pyar.core.ops.accumulator`); ``then(result)`` maps the result,
         if given (torch tensors). ``kind`` (:meth:`~.plan.Plan.engine`): ``"own"`` for a
         persistent request (collective: the ranks agree here), ``"staged"`` for a blocking
         call's, ``"once"`` for a nonblocking call's (these agree when their plan is
@@ -90,25 +92,26 @@ class Persistent:
         op, c = calls.checked(record, x, op, comm, root)
         self.c, self.record, self.root, self.op, self.kind = c, record, root, op, kind
         self.label = f"pyar.{record.name}"
+        wire = ops.accumulator(x.dtype, op, reduce_dtype)
         if held:
-            self._setup(x, out, op, algorithm, timeout, then, kind)
+            self._setup(x, out, op, algorithm, timeout, then, kind, wire)
             return
         c.enter(self.label)         # (its agreement is a call on c)
         try:
-            self._setup(x, out, op, algorithm, timeout, then, kind)
+            self._setup(x, out, op, algorithm, timeout, then, kind, wire)
         finally:
             c.leave()
 
-    def _setup(self, x, out, op, algorithm, timeout, then, kind) -> None:
+    def _setup(self, x, out, op, algorithm, timeout, then, kind, wire) -> None:
         c, record, root = self.c, self.record, self.root
         self.timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
         count = record.count(x.size, c.size)
         self.asked = algorithm
         self.name = name = tuner.select(record.name, algorithm, c.size, count,
-                                        count * x.dtype.itemsize, x.dtype,
-                                        topology=c.topology)
+                                        count * wire.itemsize, wire, topology=c.topology)
+        self.wire = wire = calls.runs_in(name, wire, op is not None)
         self.reduction = None if op is None else op.reduction
-        self.call = call = calls.signature(record, op, x.dtype, count, root, name)
+        self.call = call = calls.signature(record, op, x.dtype, count, root, name, wire)
         self.entry = (notice.fingerprint(call), call)
         self.sig = (record.name, None if op is None else op.value, x.dtype.name, x.size,
                     x.shape, root, name)
@@ -172,6 +175,8 @@ class Persistent:
         from x where the plan's out-of-place variant or a native program reads x itself."""
         record, c = self.record, self.c
         self.source = None
+        if self.wire != x.dtype:
+            return widened(record, x, out, c.rank, c.size, self.root, self.wire)
         if record.direct and self.name != LIBRARY and x.flags.c_contiguous and \
                 buffers.apart(x, out):
             self.source = x.reshape(-1)
@@ -410,7 +415,7 @@ class Persistent:
 
     def _bindable(self, out) -> bool:
         """Whether a blocking call's small plan can run in ``out``'s own memory."""
-        return self.kind == "staged" and self.plan is not None and \
+        return self.kind == "staged" and self.plan is not None and self.wire == out.dtype and \
             self.plan.small(out.dtype) and out.flags.c_contiguous and \
             self.record.count(out.size, self.c.size) == self.plan.count
 
@@ -436,17 +441,18 @@ _cache: dict = {}
 _CACHED = 256               # signatures whose requests the blocking calls keep
 
 
-def call(record, x, out, op, algorithm, comm, root, timeout):
+def call(record, x, out, op, algorithm, comm, root, timeout, reduce_dtype=None):
     """The blocking call on the numpy array ``x``: the request cached for the call's
     signature (made at its first call, which every rank makes), run on ``x`` and ``out``.
     The signature is what every rank passes alike (collective, dtype, count, op,
-    algorithm, communicator, root, and the tuner's overrides and registrations)."""
-    key = (record, x.dtype, x.size, id(op), algorithm, id(comm), root, tuner.overrides(),
-           generation[0])
+    algorithm, communicator, root, reduce_dtype, and the tuner's overrides and
+    registrations)."""
+    key = (record, x.dtype, x.size, id(op), algorithm, id(comm), root, reduce_dtype,
+           tuner.overrides(), generation[0])
     request = _cache.get(key)
     if request is None or request.c.broken is not None:
         request = Persistent(record, x, out, op, algorithm, comm, root, timeout,
-                             kind="staged")
+                             kind="staged", reduce_dtype=reduce_dtype)
         request.held = (op, comm)       # (their ids in the key are theirs while it is kept)
         if len(_cache) >= _CACHED:
             _cache.clear()
@@ -454,10 +460,12 @@ def call(record, x, out, op, algorithm, comm, root, timeout):
     return request(x, out, timeout)
 
 
-def start_once(record, x, out, op, algorithm, comm, root, timeout, then=None) -> Run:
+def start_once(record, x, out, op, algorithm, comm, root, timeout, then=None,
+               reduce_dtype=None) -> Run:
     """A nonblocking call on the numpy array ``x``: a request made for it alone (on its
     plan's spare buffers), started; its run, in flight."""
-    request = Persistent(record, x, out, op, algorithm, comm, root, timeout, then, "once")
+    request = Persistent(record, x, out, op, algorithm, comm, root, timeout, then, "once",
+                         reduce_dtype=reduce_dtype)
     request.start()
     return request.run
 

@@ -7,6 +7,7 @@ from mpi4py import MPI
 
 import pyar
 from pyar.core.ops import DTYPES, HALF, Op, is_float
+from pyar.collectives import block
 from pyar.core.schedule import Chunk, Recv, Send, Step
 from pyar.verify import sample
 
@@ -48,6 +49,49 @@ def test_half_precision_nans_infinities_and_zeros(comm, dtype):
             result = pyar.allreduce(x, op=op, algorithm=algorithm)
             check_against_mpi(comm, result, x, op, f"{algorithm} {op} {dtype} specials",
                               identical=algorithm != "mpi")
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_half_types_reduce_in_float32_and_round_once(comm, dtype):
+    """float16 and bfloat16 sums run in float32 and are rounded to the half type once, by every
+    algorithm and on every path: the result is the exact sum rounded once (integers whose
+    float32 sums are exact, whose half-type partial sums are not), and a float16 average
+    whose partial sums overflow float16 is finite. With ``reduce_dtype=x.dtype`` pyar's
+    schedules fold in the half type, bitwise what the simulator does with it."""
+    size, rank, n = comm.size, comm.rank, 40
+    top = 256 if dtype == HALF[1] else 2048          # integers the half type holds exactly
+    x = np.random.default_rng([rank, 7]).integers(1, top, n).astype(dtype)
+    inputs = comm.allgather(x)
+    exact = np.sum([a.astype(np.float64) for a in inputs], axis=0).astype(dtype)
+    mine = block(n, size, rank)
+    for algorithm in ALGORITHMS:
+        what = f"{algorithm} {dtype}"
+        got = [pyar.allreduce(x, algorithm=algorithm)]
+        y = x.copy()
+        got.append(pyar.allreduce(y, y, algorithm=algorithm).copy())
+        got.append(pyar.iallreduce(x, algorithm=algorithm).wait())
+        with pyar.allreduce_init(y, np.empty_like(y), algorithm=algorithm) as request:
+            for _ in range(2):
+                y[...] = x
+                request.start()
+                got.append(request.wait().copy())
+        agree(comm, all(g.dtype == dtype and g.tobytes() == exact.tobytes() for g in got),
+              f"{what}: not the exact sum rounded once")
+        if algorithm != "mpi":
+            folded = pyar.simulate(pyar.schedule(algorithm, size, n), inputs,
+                                   reduce_dtype=dtype).outputs[rank]
+            got = pyar.allreduce(x, algorithm=algorithm, reduce_dtype=dtype)
+            agree(comm, got.tobytes() == folded.tobytes(),
+                  f"{what}: reduce_dtype={dtype} is not the simulator's half-type folds")
+    scattered = pyar.reduce_scatter(x)
+    agree(comm, scattered.tobytes() == exact[mine].tobytes(), f"reduce_scatter {dtype}")
+    total = pyar.reduce(x, root=size - 1)
+    agree(comm, rank != size - 1 or total.tobytes() == exact.tobytes(), f"reduce {dtype}")
+    if dtype == HALF[0] and size > 1:
+        big = np.full(n, 60000, dtype)              # sums overflow float16; the average not
+        for algorithm in ALGORITHMS:
+            got = pyar.allreduce(big, op="avg", algorithm=algorithm)
+            agree(comm, np.array_equal(got, big), f"{algorithm}: float16 avg overflowed")
 
 
 LAYOUTS = ["new", "in_place", "out", "strided_new", "strided_in_place", "strided_out"]
@@ -398,6 +442,21 @@ def test_ranks_disagreeing_on_the_count_all_get_a_mismatch_error(comm):
     c = pyar.Comm(comm)         # (no rank has a plan for these counts: caught before any message)
     error = outcome(lambda: pyar.allreduce(np.ones(100 + comm.rank), algorithm="ring", comm=c))
     agree(comm, isinstance(error, pyar.MismatchError), f"got {error!r}")
+    c.free()
+
+
+def test_ranks_disagreeing_on_the_reduce_dtype_all_get_a_mismatch_error(comm):
+    """float16 in float32 on rank 0, in float16 elsewhere: twice the bytes on one rank's
+    messages; every rank gets a MismatchError naming the dtypes, never a wrong sum."""
+    if comm.size == 1:
+        pytest.skip("needs another rank")
+    c = pyar.Comm(comm)
+    asked = np.float32 if comm.rank == 0 else np.float16
+    error = outcome(lambda: pyar.allreduce(np.ones(50, np.float16), algorithm="ring", comm=c,
+                                           reduce_dtype=asked))
+    agree(comm, isinstance(error, pyar.MismatchError), f"got {error!r}")
+    mine = "dtype float16 in float32" if comm.rank == 0 else "dtype float16,"
+    agree(comm, mine in str(error), f"its dtype not named: {error}")
     c.free()
 
 

@@ -65,8 +65,8 @@ def test_property_against_numpy(algorithm, size, count, op, dtype, seed):
 @pytest.mark.parametrize("algorithm", SCHEDULED)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_half_precision_every_op(algorithm, dtype):
-    """float16 and bfloat16 fold through float32 and round once per fold: within tolerance of
-    the float64 reduction, and every rank's bits identical (signed zeros and NaNs included)."""
+    """float16 and bfloat16 reduce in float32 and round once: within tolerance of the float64
+    reduction, and every rank's bits identical (signed zeros and NaNs included)."""
     for size in (1, 2, 3, 4, 5, 7, 8, 9, 16):
         for op in Op:
             check_allreduce(algorithm, size, 3 * size + 2, op, dtype, seed=size)

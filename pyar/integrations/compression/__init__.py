@@ -47,6 +47,7 @@ from ...algorithms import LIBRARY
 from ...collectives import collective as _record
 from ...core.schedule import Send
 from ...model import tuner
+from ...runtime.calls import runs_in
 from ...runtime.comm import Comm
 
 __all__ = ["State", "Transform", "get", "register", "sent_bytes", "transforms"]
@@ -114,6 +115,7 @@ def sent_bytes(collective: str, x_size: int, dtype, comm: Comm) -> int:
     count = record.count(x_size, comm.size)
     name = tuner.select(collective, "auto", comm.size, count, count * dtype.itemsize, dtype,
                         topology=comm.topology)
+    dtype = runs_in(name, dtype, record.reduces)   # (the library reduces halves in float32)
     if name == LIBRARY or comm.size == 1:
         return round(record.factor(comm.size) * count * dtype.itemsize) if comm.size > 1 else 0
     steps = api.schedule(name, comm.size, count, collective=collective,

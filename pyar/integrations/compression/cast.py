@@ -1,9 +1,10 @@
 """``fp16`` / ``bf16``: cast to a half type, allreduce, cast back (torch's fp16_compress_hook).
 
 Each rank divides by N in float32 first (so the sum cannot overflow float16
-where the average does not), casts to the half type and allreduces it (sum;
-pyar folds half types in float32 and rounds after each fold); the result is
-cast back to float32. Bytes sent per rank: those of a half-type allreduce of
+where the average does not), casts to the half type and allreduces it (sum,
+folded in the half type: ``reduce_dtype`` the half type, so the messages carry
+half types, each fold through float32 rounded to it); the result is cast back
+to float32. Bytes sent per rank: those of a half-type allreduce of
 n elements, half of float32's. Error of one rank's contribution: one rounding,
 ``|d - p| <= 2**-11 |p|`` for float16 in its normal range (``2**-8`` for
 bfloat16); the sum adds a rounding per fold. No error feedback by default
@@ -35,7 +36,8 @@ class Cast(Transform):
         return payload, payload.astype(np.float32) * np.float32(size) if decode else None
 
     def exchange(self, payload, count, comm, timeout):
-        total = yield api.iallreduce(payload, payload, op="sum", comm=comm, timeout=timeout)
+        total = yield api.iallreduce(payload, payload, op="sum", comm=comm, timeout=timeout,
+                                     reduce_dtype=self.dtype)
         return total.astype(np.float32)
 
     def wire_bytes(self, count, comm):

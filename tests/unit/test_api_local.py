@@ -45,6 +45,12 @@ def test_out_contract():
     (lambda: pyar.allreduce(np.ones(3, np.complex64)), TypeError, "complex64 is not supported"),
     (lambda: pyar.allreduce(np.ones(3, bool)), TypeError, "expected one of"),
     (lambda: pyar.allreduce(np.ones(3), comm="world"), TypeError, "mpi4py communicator"),
+    (lambda: pyar.allreduce(np.ones(3, np.float16), reduce_dtype="float64"), ValueError,
+     "reduce_dtype must be None or float16 or float32 for float16 data, got 'float64'"),
+    (lambda: pyar.allreduce(np.ones(3), reduce_dtype=np.float32), ValueError,
+     "reduce_dtype must be None or float64 for float64 data"),
+    (lambda: pyar.collective("allgather", np.ones(3), reduce_dtype="float32"), ValueError,
+     "reduce_dtype is for a reduction, not 'allgather'"),
 ])
 def test_local_misuse_gets_a_clear_error(call, error, message):
     with pytest.raises(error, match=message):

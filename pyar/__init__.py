@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 import importlib
 
 from .algorithms import algorithms, register_algorithm
+from .algorithms.msccl import load_algorithm
 from .api import (Persistent, allgather, allgather_init, allreduce, allreduce_init, alltoall,
                   alltoall_init, barrier, barrier_init, bcast, bcast_init, collective,
                   iallgather, iallreduce, ialltoall, ibarrier, ibcast, ireduce,
@@ -44,6 +45,7 @@ __all__ = [
     "allgather", "allgather_init", "allreduce", "allreduce_init", "alltoall", "alltoall_init",
     "barrier", "barrier_init", "bcast", "bcast_init", "collective", "compression", "dump",
     "iallgather", "iallreduce", "ialltoall", "ibarrier", "ibcast", "ireduce", "ireduce_scatter",
+    "load_algorithm",
     "reduce", "reduce_init", "reduce_scatter", "reduce_scatter_init", "register_algorithm",
     "register_collective", "schedule", "simulate", "start_all", "test_any", "wait_all",
 ]

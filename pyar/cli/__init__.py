@@ -55,9 +55,10 @@ def _ranks_option(p, **kw) -> None:
 
 
 def _load_option(p) -> None:
-    p.add_argument("--load", action="append", metavar="FILE.py|MODULE",
+    p.add_argument("--load", action="append", metavar="FILE.py|FILE.xml|MODULE",
                    help="import this module first (it may register_algorithm its own "
-                        "algorithms, which then work as names here); repeatable")
+                        "algorithms, which then work as names here), or register this MSCCL "
+                        "program (an msccl-tools algorithm XML) under its name; repeatable")
 
 
 def build_parser() -> argparse.ArgumentParser:

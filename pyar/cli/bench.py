@@ -39,9 +39,9 @@ from mpi4py import MPI
 
 import pyar
 from .. import api, verify
-from ..algorithms import AUTO, LIBRARY, algorithms, check_name
+from ..algorithms import AUTO, LIBRARY, algorithms, check_name, msccl
 from ..collectives import Collective, collective as record_of, records
-from ..core import loader, ops
+from ..core import ops
 from ..model import tuner
 from ..runtime import library
 from ..runtime.baseline import library_call
@@ -681,7 +681,7 @@ def plot(report: dict, path: str) -> None:
 def main(args) -> int:
     """``pyar bench``: what the command line asked, on every rank; rank 0 writes the table,
     and the JSON and plot if asked."""
-    loader.load_all(args.load)
+    msccl.load_all(args.load)
     if args.plot:
         pyplot()                        # missing matplotlib fails before anything is timed
     if args.trace:

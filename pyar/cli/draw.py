@@ -50,7 +50,7 @@ import numpy as np
 
 import pyar
 from .. import collectives
-from ..core import loader
+from ..algorithms import msccl
 from ..core.schedule import Send
 from .plot import pyplot
 
@@ -286,7 +286,7 @@ def heatmap(schedule, path: str, itemsize: int = 4) -> None:
 
 def main(args) -> int:
     """``pyar draw``: what the command line asked."""
-    loader.load_all(args.load)
+    msccl.load_all(args.load)
     if args.nranks < 1:
         raise ValueError(f"--ranks must be >= 1, got {args.nranks}")
     count = args.nranks if args.count is None else args.count

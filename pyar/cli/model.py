@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ..algorithms import builder
-from ..core import loader
+from ..algorithms import msccl
 from ..core.ops import check_dtype
 from ..core.schedule import build
 from ..core.topology import Topology
@@ -118,7 +118,7 @@ def describe_eager(params) -> str:
 
 def main(args) -> int:
     """``pyar model``: see the module docstring."""
-    loader.load_all(args.load)
+    msccl.load_all(args.load)
     dtype = check_dtype(args.dtype)
     params, per_node, nodes, where = machine(args)
     counts = rank_counts(args, per_node, nodes)

@@ -17,7 +17,7 @@ import numpy as np
 
 import pyar
 from .. import collectives, verify
-from ..core import loader
+from ..algorithms import msccl
 from ..core.ops import Op, resolve
 from ..kernels import reduce_into
 from ..model import cost, tuner
@@ -121,7 +121,7 @@ def _progress(name):
 @small_pages()
 def main(args) -> int:
     """``pyar sim``: see the module docstring."""
-    loader.load_all(args.load)
+    msccl.load_all(args.load)
     record = collectives.collective(args.collective)
     names = [n for n in parse_algorithms(args.algo, args.collective) if n != "mpi"]
     topology = (pyar.Topology.regular(args.nranks, args.ranks_per_node)

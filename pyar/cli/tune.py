@@ -44,8 +44,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import api
-from ..algorithms import register_algorithm
-from ..core import loader, ops
+from ..algorithms import msccl, register_algorithm
+from ..core import ops
 from ..core.errors import TimeoutError
 from ..core.schedule import Chunk, Recv, Send, Step
 from ..kernels import reduce_into
@@ -247,7 +247,7 @@ def run(quick: bool = False, comm=None):
 
 def main(args) -> int:
     """``pyar tune``: measure under mpiexec (ranks 0 and 1), write the tuning file on rank 0."""
-    loader.load_all(args.load)
+    msccl.load_all(args.load)
     path = args.output or tuner.tuning_path()
     result = run(quick=args.quick)
     if MPI.COMM_WORLD.Get_rank() == 0:

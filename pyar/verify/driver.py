@@ -271,7 +271,7 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
             raise ValueError(f"{name} must be > 0 seconds, got {value}")
     mpiexec = shlex.split(mpiexec) if isinstance(mpiexec, str) else \
         (list(mpiexec) if mpiexec else default_mpiexec())
-    load = [os.path.abspath(s) if s.endswith(".py") else s for s in load or ()]
+    load = [os.path.abspath(s) if s.endswith((".py", ".xml")) else s for s in load or ()]
     jobs = Jobs(mpiexec, load)
     report = Report(targets, list(sizes), profile, load, nan, time_limit)
     started = time.monotonic()

@@ -26,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 import pyar
-from ..algorithms import check_name
+from ..algorithms import check_name, msccl
 from ..core import loader
 from ..runtime.baseline import typed
 from . import cases as C, judge
@@ -262,7 +262,7 @@ def reproduce(target: str, case: dict, load=(), nan: str = "propagate") -> int:
     every rank (a reproducer's exit)."""
     if nan not in judge.NAN_RULES:
         raise ValueError(f"nan must be one of {', '.join(judge.NAN_RULES)}, got {nan!r}")
-    loader.load_all(load)
+    msccl.load_all(load)
     runner = Runner()
     result = runner.run(target, case, nan)
     if runner.world.Get_rank() == 0:
@@ -276,7 +276,7 @@ def reproduce(target: str, case: dict, load=(), nan: str = "propagate") -> int:
 def serve(load=()) -> int:
     """The job's loop: the ready line, then one request a line on rank 0's stdin, until end
     of input."""
-    loader.load_all(load)
+    msccl.load_all(load)
     runner = Runner()
     root = runner.world.Get_rank() == 0
     runner.verdicts.Barrier()                   # every rank is up

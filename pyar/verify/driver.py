@@ -499,9 +499,9 @@ ORDER = {"dtype": ["int32", "int64", "float32", "float64", "int8", "int16", "uin
 
 def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
              nan="propagate", until=math.inf, hung=None) -> dict:
-    """The smallest failing case hypothesis finds among those no more complex than
-    ``failure``'s (by rule ``nan``), before ``until``; the failure itself if it finds none
-    smaller. No candidate runs on a rank count in ``hung`` (a set: where the target hangs
+    """The smallest case failing as ``failure`` does (the same kind of problem) that
+    hypothesis finds among those no more complex than ``failure``'s (by rule ``nan``),
+    before ``until``; the failure itself if it finds none smaller. No candidate runs on a rank count in ``hung`` (a set: where the target hangs
     or cannot load), and one that hangs adds its rank count to it. The reproducer's script
     comes from :meth:`Report.name_reproducers`."""
     from hypothesis import HealthCheck, Phase, find, settings, strategies as st
@@ -509,6 +509,7 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
     from hypothesis.errors import NoSuchExample
 
     case, size, target = failure["case"], failure["ranks"], failure["target"]
+    kind = _kind(failure)
     fresh_job = case["calls"] > 1          # may depend on history: a fresh job per candidate
     examples = min(examples, 6) if fresh_job else examples
     tried = [0]
@@ -548,10 +549,10 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
         result = job.run(target, candidate, case_timeout, nan, until)
         if result["verdict"] in ("hang", "error"):
             hung.add(c["ranks"])
-        if result["verdict"] == "fail":
+        if result["verdict"] == "fail" and _kind({**result, "case": candidate}) == kind:
             found[key] = result["problems"]
             return True
-        return False
+        return False        # (a failure of another kind is not this one made smaller)
 
     note = "smallest found by hypothesis"
     try:

@@ -344,3 +344,32 @@ def test_shrinking_runs_nothing_where_the_target_hangs():
     small = driver.smallest(jobs, failure, 60, 40, confirm=False, hung=hung)
     assert 2 not in jobs.ran and jobs.ran.count(3) <= 1 and hung == {2, 3}
     assert small["ranks"] == 4 and small["case"]["count"] == 4, small
+
+
+class RaisingBelow(dict):
+    """Jobs by rank count for a target made for 4 ranks: below 4 every case raises (a fail of
+    another kind); on 4 or more, counts above 3 get wrong elements."""
+
+    def __missing__(self, size):
+        class Job:
+            def stop(self):
+                pass
+
+            def run(self, target, case, timeout, nan, until):
+                if size < 4:
+                    return {"verdict": "fail", "problems": [
+                        "rank 0 call 0: raised ValueError: for exactly 4 ranks"], "seconds": 0}
+                wrong = case["count"] > 3
+                return {"verdict": "fail" if wrong else "pass",
+                        "problems": ["[0] got 1 from (0, 0)"] * wrong, "seconds": 0}
+        self[size] = Job()
+        return self[size]
+
+
+def test_shrinking_keeps_the_kind_of_problem():
+    """A smaller case that fails another way (raises, where the failure had wrong elements)
+    is not the failure made smaller: the shrunk case keeps 4 ranks."""
+    case = {**C.BASE, "dim": "counts", "count": 1031}
+    failure = {"target": "t", "ranks": 4, "case": case, "problems": ["[0] got 1 from (0, 0)"]}
+    small = driver.smallest(RaisingBelow(), failure, 60, 40, confirm=False)
+    assert small["ranks"] == 4 and small["case"]["count"] == 4, small

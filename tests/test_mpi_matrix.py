@@ -13,12 +13,7 @@ ranks they split the sweeps (tests marked ``sweep``, enumerated cases) and both 
 other test, flat with mailboxes and with none; at 5 and 8 ranks they split every test, flat
 and on emulated nodes, in opposite halves at the two rank counts, so that each test runs at
 5 and 8 ranks once flat and once on emulated nodes (the 8-rank runs are the matrix's
-longest: 84 - 97 s each when both ran every test). Each sweep case runs at every rank count.
-(Splitting at 5 ranks first hung the Open MPI matrix: a failed call's notice reached a rank
-that had freed its Comm, and a later communicator there; Notice.free now takes the notices
-on their way first: 30de265.) (5 ranks on emulated nodes with every sweep case, in one run
-instead of two, passed three times and once crashed at exit: MPICH asserted shm_seg != NULL
-in MPI_Win_free, from MPI_Comm_free, after all 847 tests had passed; not yet understood.)
+longest). Each sweep case runs at every rank count.
 (CI's second matrix, under Open MPI, draws fewer examples: it checks another library under
 the same schedules, which the first matrix's examples check already.)"""
 

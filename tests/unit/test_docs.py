@@ -7,7 +7,8 @@ How a fenced block is run (a marker is an HTML comment on the line just above it
   mpi4py FILE`` runs it under mpiexec on N ranks instead, and where FILE is in the
   repository, each of the block's code lines must be one of FILE's (the block shows it);
   else the block is written to FILE and run as FILE.
-  A first line ``# file: NAME`` writes the block to NAME for the blocks after it.
+  A first line ``# file: NAME`` writes the block to NAME for the blocks after it, or where
+  NAME is a file of the repository, shows it: each of the block's lines must be one of its.
 - ``sh``: as a bash script (``set -e``: a failing command fails it, a pipeline its last), where ``pyar``, ``python`` and ``mpiexec`` are this
   venv's (mpiexec through pyar/runtime/launch.py) and ``make`` only says what it would do
   (``make -n``): a target that is gone fails.
@@ -147,6 +148,12 @@ def test_the_blocks_of_the_page_run(page, tmp_path):
         if block.lang not in RUN or block.marker.startswith("skip"):
             continue
         named = re.match(r"#\s*file:\s*(\S+)", block.text)
+        if named and (ROOT / named.group(1)).is_file():
+            theirs = {line.strip() for line in (ROOT / named.group(1)).read_text().splitlines()}
+            for line in block.text.splitlines()[1:]:
+                assert not line.strip() or line.strip() in theirs, \
+                    f"{where}: {line.strip()!r} is not in {named.group(1)}"
+            continue
         if named:
             (tmp_path / named.group(1)).write_text(block.text)
             continue

@@ -9,6 +9,7 @@ import pytest
 import pyar
 from pyar import collectives
 from pyar.algorithms import pat
+from pyar.model import cost
 from pyar.core.schedule import Table, build, split
 
 
@@ -48,9 +49,13 @@ def steps(collective, size, count, cap):
     """The docstring's step count: ``sum over D of ceil(n_D / A)``."""
     a = size if cap is None else max(1, cap // max(1, -(-count // size)))
     distances = [1 << j for j in range((size - 1).bit_length())]
-    n = ([min(d, size - d) for d in distances] if collective == "reduce_scatter"
-         else [-(-(size - d) // (2 * d)) for d in distances])
-    return sum(-(-k // a) for k in n)
+    return sum(-(-(-(-(size - d) // (2 * d))) // a) for d in distances)
+
+
+def children(size):
+    """Children of each node x of a tree: ``x + D`` for D below x's lowest bit."""
+    return [[x + (1 << j) for j in range(size.bit_length())
+             if (x == 0 or (1 << j) < (x & -x)) and x + (1 << j) < size] for x in range(size)]
 
 
 def sent(collective, size, count, rank):
@@ -58,9 +63,7 @@ def sent(collective, size, count, rank):
     blocks = [b - a for a, b in split(count, size)]
     if collective == "reduce_scatter":
         return count - blocks[rank]
-    children = [sum(1 for j in range(size.bit_length()) if (1 << j) < ((x & -x) or 1 << 62)
-                    and x + (1 << j) < size) for x in range(size)]
-    return sum(c * blocks[(rank - x) % size] for x, c in enumerate(children))
+    return sum(len(c) * blocks[(rank - x) % size] for x, c in enumerate(children(size)))
 
 
 @pytest.mark.parametrize("collective", ["reduce_scatter", "allgather"])
@@ -97,8 +100,7 @@ def test_steps_and_bytes_per_rank_are_the_docstrings(collective):
                 if count >= size:       # (else some blocks are empty and their steps left out)
                     assert max(st.steps for st in result.stats) == want, \
                         (collective, size, n, cap)
-                if collective == "allgather":
-                    assert all(st.messages <= size - 1 for st in result.stats)
+                assert all(st.messages <= size - 1 for st in result.stats)
 
 
 def test_no_cap_is_a_logarithmic_count_of_steps_and_one_block_a_step_linear():
@@ -106,20 +108,17 @@ def test_no_cap_is_a_logarithmic_count_of_steps_and_one_block_a_step_linear():
         for collective in ("reduce_scatter", "allgather"):
             nsteps = schedule(collective, size, 64 * size, None).table().nsteps
             assert nsteps.max() == (size - 1).bit_length()
-        assert schedule("reduce_scatter", size, 64 * size, 1).table().nsteps.max() == size - 1
+            assert schedule(collective, size, 64 * size, 1).table().nsteps.max() == size - 1
 
 
 def tree_fold(xs, d, size):
-    """Block d's sum in the order of its tree: node x folds its children ``x + D``, D above
-    x's highest bit, farthest first."""
-    p = 1 << (size - 1).bit_length()
+    """Block d's sum in the order of its tree: node x folds its children, nearest first."""
+    below = children(size)
 
     def subtree(x):
         acc = xs[(d + x) % size].copy()
-        top = 1 << x.bit_length() - 1 if x else 0
-        for dist in (1 << j for j in reversed(range(p.bit_length() - 1))):
-            if dist > top and x + dist < size:
-                acc = acc + subtree(x + dist)
+        for child in below[x]:
+            acc = acc + subtree(child)
         return acc
     return subtree(0)
 
@@ -156,3 +155,18 @@ def test_the_table_form_is_the_builders_steps(collective):
                 got = b.table(size, count, cap=cap)
                 assert all(np.array_equal(x, y) for x, y in zip(got, want)), \
                     (collective, size, count, cap)
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "allgather"])
+def test_the_closed_form_is_the_schedules_cost_under_every_cap(collective):
+    params = [cost.Params(alpha=2.0**-10, beta=2.0**-20, gamma={"float32": 2.0**-24},
+                          delta=2.0**-12),
+              cost.Params(alpha=1e-9, beta=1e-6, gamma={"float32": 3e-6}, delta=5e-5)]
+    for size in (2, 3, 5, 7, 8, 12, 13, 16, 24, 33):
+        count = 2 * size * (1 << (size.bit_length() - 1))
+        for cap in caps(size, count // size):
+            closed = pat._cost(size, count, 4 * count, None, cap=cap,
+                               reduce=collective == "reduce_scatter")
+            s = schedule(collective, size, count, cap)
+            for p in params:
+                assert tuple(cost.predict(s, p).terms) == tuple(closed), (collective, size, cap)

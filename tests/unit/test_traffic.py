@@ -97,7 +97,8 @@ def collective_stats(collective, algorithm, size, count, root=0, topology=None):
 @pytest.mark.parametrize("size", [2, 3, 4, 5, 7, 8, 12, 16])
 @pytest.mark.parametrize("collective,algorithm", [
     ("reduce_scatter", "ring"), ("reduce_scatter", "pairwise"), ("allgather", "ring"),
-    ("allgather", "bruck"), ("alltoall", "pairwise"), ("alltoall", "linear")])
+    ("allgather", "bruck"), ("reduce_scatter", "pat"), ("allgather", "pat"),
+    ("alltoall", "pairwise"), ("alltoall", "linear")])
 def test_the_bandwidth_optimal_ones_send_n_minus_1_over_n_of_the_buffer(collective, algorithm,
                                                                         size):
     count = size * 1000

@@ -382,7 +382,7 @@ def test_pyar_model_costs_other_collectives_and_topologies(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
             if not line.startswith("#")}
-    assert list(rows) == ["pairwise", "recursive_halving", "ring"]
+    assert list(rows) == ["pairwise", "pat", "recursive_halving", "ring"]
     assert all(row[-1] == "formula" for row in rows.values())
     n, m = 16, 64 << 10
     assert float(rows["ring"][3]) == pytest.approx((n - 1) / n * m * 1e-3, abs=0.01)   # beta us

@@ -77,8 +77,12 @@ def register_algorithm(name: str, collective: str = "allreduce", *, cost: Cost |
     for ``size > 1`` and ``count > 0`` (``exact=False``: an estimate, not
     equal to the schedule's); without one :mod:`pyar.model.cost` costs the
     schedule itself. ``topology_aware``: ``auto`` considers it only on
-    several nodes. ``auto``: the ``auto`` tuner chooses from it. Registering
-    a name again replaces the algorithm.
+    several nodes. ``auto``: the ``auto`` tuner chooses from it (with its
+    defaults; a parameterized name never is a candidate). Registering a name
+    again replaces the algorithm. The builder's keyword-only arguments with
+    defaults are its parameters (``name:key=value``); it checks their values
+    first, before its degenerate cases, so that a one-rank build rejects a
+    bad one where the name is resolved.
     """
     table = _check_collective(collective)
     if not isinstance(name, str) or not name.isidentifier() or name in (LIBRARY, AUTO):

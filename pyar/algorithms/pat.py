@@ -179,10 +179,3 @@ def allgather_table(size, count, topology=None, *, cap=CAP):
 
 pat_reduce_scatter.table = reduce_scatter_table
 pat_allgather.table = allgather_table
-
-
-def with_cap(builder, cap):
-    """``builder`` (either of this module's) with its ``cap``, its Table form included."""
-    made = functools.partial(builder, cap=cap)
-    made.table = functools.partial(builder.table, cap=cap)
-    return made

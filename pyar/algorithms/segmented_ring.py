@@ -9,23 +9,23 @@ block. Same bytes as ``ring``.
 Steps: ``2(N-1) * G`` with ``G = ceil(ceil(M/N) / segment)`` segments per block.
 Cost: ``2(N-1)*G*alpha + 2(N-1)/N*M*beta + (N-1)/N*M*gamma``: more latency
 terms than ``ring``, bought back on large messages. Limits: any ``N >= 1``.
-Other segment sizes: ``functools.partial(segmented_ring, segment=k)``
-registered under a name of your own.
+Parameter: ``segment`` (elements), e.g. ``segmented_ring:segment=4096``.
 """
 
 from ..core.schedule import SEGMENT, compact, pieces
 from . import _terms, register_algorithm, ring
 
 
-def _cost(n, count, m, topology):
+def _cost(n, count, m, topology, *, segment=SEGMENT):
     """Ring's bytes in ``G`` times its messages, one segment per step."""
-    g = pieces(-(-count // n), SEGMENT)
+    g = pieces(-(-count // n), segment)
     t = _terms.ring(n, m, 2, 1)
     return _terms.Terms(g * t.messages, t.bytes, t.folded, g * t.steps)
 
 
 @register_algorithm("segmented_ring", auto=True, cost=_cost)
 def segmented_ring(rank, size, count, topology=None, *, segment=SEGMENT):
+    pieces(1, segment)      # segment must be an int >= 1
     if size == 1 or count == 0:
         return []
     return compact(ring.allreduce(rank, range(size), 0, count, segment))

@@ -39,7 +39,7 @@ from mpi4py import MPI
 
 import pyar
 from .. import api, verify
-from ..algorithms import AUTO, LIBRARY, algorithms, check_name, msccl
+from ..algorithms import AUTO, LIBRARY, algorithms, check_name, msccl, split_names
 from ..collectives import Collective, collective as record_of, records
 from ..core import ops
 from ..model import tuner
@@ -97,9 +97,10 @@ def default_warmup(nbytes: int) -> int:
 
 
 def parse_algorithms(text: str, collective: str = "allreduce") -> list[str]:
-    """A comma list of algorithm names, ``all`` (every registered one) and ``auto``."""
+    """A comma list of algorithm names (see :func:`pyar.algorithms.split_names`), ``all``
+    (every registered one) and ``auto``."""
     names = []
-    for name in filter(None, (part.strip() for part in text.split(","))):
+    for name in split_names(text):
         for found in (algorithms(collective) if name == "all" else [name]):
             if found not in names:
                 names.append(found)

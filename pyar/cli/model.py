@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ..algorithms import builder
-from ..algorithms import msccl
+from ..algorithms import builder, msccl, split_names
 from ..core.ops import check_dtype
 from ..core.schedule import build
 from ..core.topology import Topology
@@ -87,7 +86,7 @@ def _where(n, per_node) -> str:
 def _names(args, topology):
     if args.algo == "all":
         return tuner.candidates(args.collective, topology)
-    return [n.strip() for n in args.algo.split(",") if n.strip()]
+    return split_names(args.algo)
 
 
 def _header(params, dtype, where) -> None:

@@ -68,30 +68,46 @@ _memo: dict = {}
 _params: dict = {}          # tuning file path -> Params
 
 
+def _has(name: str, collective: str) -> bool:
+    """Whether ``collective`` has the algorithm ``name`` (``base:key=value``: its base);
+    ValueError if it has the base but not those parameters."""
+    if name.partition(":")[0] not in algorithms(collective):
+        return False
+    check_name(name, collective)
+    return True
+
+
 @functools.lru_cache(maxsize=16)
 def _parse_override(text: str, registered_generation: int) -> dict:
     """``{collective or None: name}`` from a PYAR_ALGO value, checked against the registry as
-    it was at ``registered_generation``; one ValueError saying all that is wrong."""
+    it was at ``registered_generation``; one ValueError saying all that is wrong. An entry's
+    text before its first ``:`` is a collective if one has that name, else the entry is one
+    name with parameters (``recexch:k=4``)."""
     table, wrong = {}, []
     for item in filter(None, (part.strip() for part in text.split(";"))):
-        collective, sep, name = (part.strip() for part in item.rpartition(":"))
-        if not sep:
-            if name != AUTO and not any(name in algorithms(c) for c in collectives.names()):
-                wrong.append(f"no collective has an algorithm {name!r}")
-            table[None] = name
-        elif collective not in collectives.names():
-            wrong.append(f"unknown collective {collective!r} in {item!r} (collectives: "
-                         f"{', '.join(collectives.names())})")
-        elif name != AUTO and name not in algorithms(collective):
-            wrong.append(f"unknown {collective} algorithm {name!r}")
-        else:
-            table[collective] = name
+        collective, sep, name = (part.strip() for part in item.partition(":"))
+        if not sep or (collective not in collectives.names() and "=" in name):
+            collective, sep, name = "", "", item
+        try:
+            if not sep:
+                if name != AUTO and not any([_has(name, c) for c in collectives.names()]):
+                    wrong.append(f"no collective has an algorithm {name!r}")
+                table[None] = name
+            elif collective not in collectives.names():
+                wrong.append(f"unknown collective {collective!r} in {item!r} (collectives: "
+                             f"{', '.join(collectives.names())})")
+            elif name != AUTO and not _has(name, collective):
+                wrong.append(f"unknown {collective} algorithm {name!r}")
+            else:
+                table[collective] = name
+        except ValueError as e:
+            wrong.append(str(e))
     if wrong:
         valid = "; ".join(f"{c}: {', '.join(algorithms(c))}" for c in collectives.names())
         raise ValueError(f"PYAR_ALGO={text!r}: {'; '.join(wrong)}. Expected a name (that "
                          f"algorithm where a collective has it, auto elsewhere) or "
                          f"collective:name entries separated by ';', from: {valid} "
-                         f"(or {AUTO!r} anywhere)")
+                         f"(or {AUTO!r} anywhere; name:key=value,... sets parameters)")
     return table
 
 
@@ -108,7 +124,7 @@ def _forced(text: str, collective: str, registered_generation: int) -> str | Non
     name = table.get(collective)
     if name is None:
         name = table.get(None)
-        if name is not None and name != AUTO and name not in algorithms(collective):
+        if name is not None and name != AUTO and not _has(name, collective):
             return None
     return None if name == AUTO else name
 

@@ -15,7 +15,8 @@ from pyar.runtime.plan import RESIDENT_BYTES
 
 from checks import agree, check_against_mpi, dtype_op_grid, library_may_differ
 
-ALGORITHMS = pyar.algorithms()
+# the registry's names, and parameterized ones (name:key=value) through the same paths
+ALGORITHMS = pyar.algorithms() + ["knomial:k=3", "segmented_ring:segment=7"]
 
 
 def ops_for(dtype):

@@ -24,7 +24,7 @@ from checks import agree, dtype_op_grid
 
 # every collective that takes data but allreduce (test_allreduce.py), built in when collected
 CASES = [(r.name, a) for r in records() if r.name != "allreduce" and r.count(1, 2) > 0
-         for a in pyar.algorithms(r.name)]
+         for a in pyar.algorithms(r.name)] + [("bcast", "knomial:k=3"), ("reduce", "knomial:k=4")]
 
 
 def gets_result(record, x, rank, size, root):

@@ -37,7 +37,7 @@ def test_out_contract():
     (lambda: pyar.allreduce(np.ones(3), op="xor"), ValueError, r"op must be one of \['sum'"),
     (lambda: pyar.allreduce(np.ones(3), op=MPI.BAND), ValueError, "op must be one of"),
     (lambda: pyar.allreduce(np.ones(3), algorithm="nope"), ValueError,
-     "registered: bine, binomial, double_binary_tree, hierarchical, naive, rabenseifner, "
+     "registered: bine, binomial, double_binary_tree, hierarchical, knomial, naive, rabenseifner, "
      "recursive_doubling, ring, segmented_ring, swing_bandwidth, swing_latency, two_shot, mpi"),
     (lambda: pyar.allreduce(np.ones(3, np.int32), op="avg"), TypeError, "avg.*floating"),
     (lambda: pyar.allreduce(np.ones(3, np.complex128)), TypeError,

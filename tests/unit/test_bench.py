@@ -272,3 +272,19 @@ def test_the_library_row_times_the_bare_mpi4py_call(name):
     if record.name not in ("barrier", "bcast"):       # (bcast: in place, on x)
         assert np.array_equal(out.reshape(-1), x.reshape(-1))
     c.free()
+
+
+def test_bench_takes_parameterized_names(tmp_path):
+    """``-a`` keeps a name's parameters with it, commas included, into every row."""
+    out = tmp_path / "bench.json"
+    proc = run(3, "-m", "pyar", "bench", "--collective", "bcast", "-b", "8", "-e", "4K",
+               "-f", "512", "-n", "2", "-w", "1", "-a", "knomial:k=3,binomial", "--json",
+               str(out), timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["algorithm"] for r in rows] == ["mpi", "knomial:k=3", "binomial"] * 2
+    assert all(r[v]["wrong"] == 0 for r in rows for v in VARIANTS if r[v] is not None)
+    assert parse_algorithms("segmented_ring:segment=4,ring") == ["segmented_ring:segment=4",
+                                                                 "ring"]
+    bad = run(2, "-m", "pyar", "bench", "-a", "knomial:k=1", "-n", "1", "-w", "1", timeout=120)
+    assert bad.returncode == 2 and "must be an int >= 2" in bad.stderr, explain(bad)

@@ -1,6 +1,7 @@
 """PAT: both collectives at 1..64 ranks and up to 1,024 under several caps, the fold order of
 the reduce-scatter, steps and bytes per rank against the module docstring's formulas."""
 
+import functools
 import time
 
 import numpy as np
@@ -8,14 +9,17 @@ import pytest
 
 import pyar
 from pyar import collectives
-from pyar.algorithms import pat
+from pyar.algorithms import algorithm, pat
 from pyar.model import cost
 from pyar.core.schedule import Table, build, split
 
 
 def schedule(collective, size, count, cap):
+    """pat's schedule with ``cap`` (None too, which no ``pat:cap=`` name spells)."""
     builder = {"reduce_scatter": pat.pat_reduce_scatter, "allgather": pat.pat_allgather}
-    return build(collective, "pat", size, count, pat.with_cap(builder[collective], cap))
+    made = functools.partial(builder[collective], cap=cap)
+    made.table = functools.partial(builder[collective].table, cap=cap)
+    return build(collective, "pat", size, count, made)
 
 
 def caps(size, block):
@@ -170,3 +174,12 @@ def test_the_closed_form_is_the_schedules_cost_under_every_cap(collective):
             s = schedule(collective, size, count, cap)
             for p in params:
                 assert tuple(cost.predict(s, p).terms) == tuple(closed), (collective, size, cap)
+
+
+def test_a_parameterized_name_keeps_the_all_ranks_build():
+    """``pat:cap=N`` through the registry builds every rank's schedule at once, as ``pat``
+    does (a bare partial of the builder would build rank by rank)."""
+    made = algorithm("pat:cap=4096", "reduce_scatter").builder
+    assert made.table.keywords == {"cap": 4096}
+    s = pyar.schedule("pat:cap=4096", 64, 64 * 100, collective="reduce_scatter")
+    assert s.table().steps_of(5) == s.steps(5)

@@ -38,7 +38,7 @@ def test_a_bare_name_no_collective_has_is_an_error_naming_the_valid_ones(monkeyp
             tuner.select(collective, "auto", *ARGS)
         message = str(e.value)
         assert "PYAR_ALGO='rnig': no collective has an algorithm 'rnig'" in message
-        assert "bcast: bine, binomial, scatter_allgather, mpi" in message
+        assert "bcast: bine, binomial, knomial, scatter_allgather, mpi" in message
         assert "allreduce: bine, binomial" in message and "'auto'" in message
 
 

@@ -61,7 +61,7 @@ def test_overlapping_folds_in_one_step_are_fine():
 
 def test_unknown_algorithm_lists_the_registered_ones():
     with pytest.raises(ValueError, match="registered: bine, binomial, double_binary_tree, "
-                                         "hierarchical, naive"):
+                                         "hierarchical, knomial, naive"):
         pyar.schedule("nope", 4, 10)
     with pytest.raises(ValueError, match="no schedule"):
         pyar.schedule("mpi", 4, 10)
@@ -106,14 +106,15 @@ def test_schedules_are_memoised_per_arguments():
 
 def test_algorithms_lists_the_builtins_and_mpi():
     assert pyar.algorithms() == ["bine", "binomial", "double_binary_tree", "hierarchical",
-                                 "naive", "rabenseifner", "recursive_doubling", "ring",
+                                 "knomial", "naive", "rabenseifner", "recursive_doubling", "ring",
                                  "segmented_ring", "swing_bandwidth", "swing_latency", "two_shot",
                                  "mpi"]
     assert pyar.algorithms("reduce_scatter") == ["bine", "pairwise", "pat", "recursive_halving",
                                                  "ring", "mpi"]
     assert pyar.algorithms("allgather") == ["bine", "bruck", "pat", "recursive_doubling", "ring",
                                             "mpi"]
-    assert pyar.algorithms("reduce") == ["bine", "binomial", "reduce_scatter_gather", "mpi"]
-    assert pyar.algorithms("bcast") == ["bine", "binomial", "scatter_allgather", "mpi"]
+    assert pyar.algorithms("reduce") == ["bine", "binomial", "knomial", "reduce_scatter_gather",
+                                         "mpi"]
+    assert pyar.algorithms("bcast") == ["bine", "binomial", "knomial", "scatter_allgather", "mpi"]
     assert pyar.algorithms("alltoall") == ["linear", "pairwise", "mpi"]
     assert pyar.algorithms("barrier") == ["dissemination", "mpi"]

@@ -219,8 +219,8 @@ def predict(schedule: Schedule, params: Params, dtype="float32", *, trace: bool 
 
     With a topology and ``params.links``, a message between nodes costs
     ``alpha_inter + b*beta_inter``. With ``params.network``, each message is routed and
-    charged for the congestion of its step (see the module docstring). With ``trace``, the prediction's
-    critical path is kept for :func:`critical_path`. Raises ScheduleError
+    charged for the congestion of its step (see the module docstring). With ``trace``,
+    the prediction's critical path is kept for :func:`critical_path`. Raises ScheduleError
     if the schedule's messages do not match (size, or a deadlock): the
     simulator says which rank and step in more detail.
     """

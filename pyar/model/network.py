@@ -123,7 +123,7 @@ class Network:
 
     def route(self, src: int, dst: int) -> list[int]:
         """The links of the route from rank ``src`` to rank ``dst``, in order."""
-        lengths, links = self.routes(np.array([src]), np.array([dst]))
+        _, links = self.routes(np.array([src]), np.array([dst]))
         return links.tolist()
 
     def routes(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
@@ -196,9 +196,10 @@ def torus(dims, link_bw: float, link_latency: float = 0.0) -> Network:
     numbered with dimension 0 fastest); ``link_bw`` GB/s and ``link_latency`` s per link.
     Link ``(router * len(dims) + d) * 2 + (0 for +, 1 for -)`` leaves ``router`` along
     dimension d."""
+    if not isinstance(dims, (list, tuple)) or not 1 <= len(dims) <= 3 \
+            or not all(type(k) is int and k >= 2 for k in dims):
+        raise ValueError(f"a torus needs dims, a list of 1 to 3 ints >= 2, got {dims!r}")
     dims = list(dims)
-    if not 1 <= len(dims) <= 3 or not all(type(k) is int and k >= 2 for k in dims):
-        raise ValueError(f"a torus needs 1 to 3 dimensions, each an int >= 2, got {dims!r}")
     _positive(link_bw, "link_bw")
     nd, size = len(dims), math.prod(dims)
     stride = np.cumprod([1] + dims[:-1])

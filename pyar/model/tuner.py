@@ -17,7 +17,9 @@ machine parameters of the tuning file (``PYAR_TUNING_FILE``, default
 description (``machines/*.json``: the same format, with ``inter_node`` alpha
 and beta for messages between nodes) works as a tuning file too: on a
 topology of several nodes, candidates are then costed from their schedules,
-each message on its own link class. The file is
+each message on its own link class; with a ``network`` entry
+(:mod:`pyar.model.network`: a torus, fat tree, switch or dragonfly), candidates
+are costed from their schedules, every message routed over its links. The file is
 read once per process, and every rank must see the same one (ranks that pick
 differently get a MismatchError, not a hang).
 

@@ -213,3 +213,19 @@ def test_1024_ranks_of_rabenseifner_on_a_32x32_torus_simulate_quickly():
     print(f"1,024-rank rabenseifner on a 32x32 torus, routed: {seconds:.2f} s")
     assert seconds < 60
     assert result.traffic.hops.max() == 16        # (a partner rank ^ 2^k: one dimension)
+
+
+def test_nodes_on_a_switch_route_through_the_node_hub_and_its_nic():
+    net = network.switch(4, 2, 25, intra_bw=100)      # 8 ranks; NIC links 25 GB/s
+    assert [net.link_name(x) for x in net.route(0, 1)] == ["rank 0 -> node 0", "node 0 -> rank 1"]
+    assert [net.link_name(x) for x in net.route(0, 7)] == [
+        "rank 0 -> node 0", "node 0 -> spine", "spine -> node 3", "node 3 -> rank 7"]
+    assert net.bw[net.route(0, 7)].tolist() == [100, 25, 25, 100]
+    # with data moved too, the traffic is the same as without
+    schedule = pyar.schedule("ring", 8, 64)
+    inputs = np.ones((8, 64), np.float32)
+    moved = pyar.simulate(schedule, inputs, network=net).traffic
+    counted = pyar.simulate(schedule, data=False, network=net).traffic
+    assert np.array_equal(moved.link_bytes, counted.link_bytes)
+    # ranks 1, 3, 5, 7 send across nodes: 14 messages of 32 B each, over an up and a down link
+    assert moved.tier_bytes(net)["global"] == 4 * 14 * 32 * 2

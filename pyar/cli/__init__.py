@@ -137,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-data", action="store_true",
                    help="traffic only: match, count and check every message, and cost the "
                         "schedule (model), without moving elements; scales further")
+    p.add_argument("--machine", metavar="FILE.json",
+                   help="a machine description or tuning file for the model's time; with a "
+                        "network entry (e.g. machines/torus-8x8.json) every message is routed "
+                        "and the link columns are printed")
     _load_option(p)
     p = sub.add_parser("model", help="predicted times of algorithms (alpha-beta-gamma model) on "
                                      "this machine or a described one, no MPI")

@@ -7,7 +7,11 @@ defaults), changed by flags (``--alpha``/``--bw`` within a node,
 ``--ranks-per-node`` ranks. ``--explain`` prints one algorithm's critical
 path event by event; ``--sweep`` prints (``--plot`` draws) the predicted
 time against size for several algorithms and rank counts, with the
-crossovers, where the fastest changes.
+crossovers, where the fastest changes. A machine file with a ``network``
+entry (e.g. ``machines/torus-8x8.json``) routes every message over its links
+and charges each step for its most loaded link (:mod:`pyar.model.cost`):
+the algorithms are then costed from their schedules, and ``-N`` defaults to
+the network's ranks.
 """
 
 from __future__ import annotations
@@ -58,8 +62,9 @@ def _positive(value, flag, strict=False):
     return value
 
 
-def rank_counts(args, per_node, nodes) -> list[int]:
-    """``-n`` (a comma list), else ``nodes * ranks per node``, else 64."""
+def rank_counts(args, per_node, nodes, network=None) -> list[int]:
+    """``-n`` (a comma list), else ``nodes * ranks per node``, else the network's ranks,
+    else 64."""
     if args.nranks:
         try:
             counts = [int(n) for n in str(args.nranks).split(",") if n.strip()]
@@ -69,7 +74,9 @@ def rank_counts(args, per_node, nodes) -> list[int]:
             raise ValueError(f"--ranks must be ranks >= 1 or a comma list of them, got "
                              f"{args.nranks!r}")
         return counts
-    return [nodes * per_node] if nodes and per_node else [64]
+    if nodes and per_node:
+        return [nodes * per_node]
+    return [64 if network is None else network.size]
 
 
 def _topology(n, per_node):
@@ -95,6 +102,9 @@ def _header(params, dtype, where) -> None:
         a, b = params.inter()
         far = f"; between nodes alpha {a * US:.3g} us, {1e-9 / b:.3g} GB/s"
     print(f"# parameters: {where}")
+    if params.network is not None:
+        print(f"# network: {params.network.describe()} ({params.network.size} ranks); each "
+              f"step charged for its most loaded link (costed from the schedules)")
     print(f"# alpha {params.alpha * US:.3g} us, beta {params.beta * 1e9:.3g} ns/B "
           f"({1e-9 / params.beta if params.beta else math.inf:.3g} GB/s){far}, "
           f"gamma({dtype}) {params.gamma_of(dtype) * 1e9:.3g} ns/B, "
@@ -120,7 +130,7 @@ def main(args) -> int:
     msccl.load_all(args.load)
     dtype = check_dtype(args.dtype)
     params, per_node, nodes, where = machine(args)
-    counts = rank_counts(args, per_node, nodes)
+    counts = rank_counts(args, per_node, nodes, params.network)
     if args.sweep or args.plot:
         return sweep(args, params, per_node, counts, dtype, where)
     if len(counts) > 1:

@@ -4,7 +4,14 @@
 at once (:func:`pyar.simulate`), checking every element of every rank's
 result against the collective's postcondition; ``--no-data`` moves no
 elements (counts, bytes, steps, size and deadlock checks, and the cost
-model's time). ``pyar model`` is in :mod:`pyar.cli.model`.
+model's time). ``--machine FILE.json`` costs them on that machine; if it
+describes a network (:mod:`pyar.model.network`), every message is routed and
+each algorithm's row gains the link columns: the bytes of the most loaded
+link over the whole collective and which link it is, the sum over steps of
+each step's most loaded link's bytes (what the congestion bound charges),
+the mean and largest hops per message, and the bytes over global links
+(tier 2: dragonfly global links, fat-tree and node uplinks).
+``pyar model`` is in :mod:`pyar.cli.model`.
 """
 
 from __future__ import annotations
@@ -109,6 +116,17 @@ def wrong(record, outputs, expected, op) -> int:
     return bad
 
 
+def link_columns(traffic, network) -> str:
+    """The link columns of a row (see the module docstring)."""
+    busiest = traffic.max_link
+    where = network.link_name(busiest) if busiest >= 0 else "-"
+    _, step_max, _ = traffic.step_max()
+    hops = traffic.hops
+    return (f"{int(traffic.link_bytes.max(initial=0)):>12}  {where:<26}"
+            f"{int(step_max.sum()):>12}{hops.mean() if hops.size else 0:>6.2f}"
+            f"{int(hops.max(initial=0)):>4}{traffic.tier_bytes(network)['global']:>11}")
+
+
 def _progress(name):
     start = time.perf_counter()
 
@@ -144,10 +162,18 @@ def main(args) -> int:
         expected = reference(record, inputs, args.op)
         print(f"# inputs: {inputs.nbytes} bytes, made and reduced by numpy in "
               f"{time.process_time() - made:.1f} s of CPU", flush=True)
-    params = tuner.parameters()
+    params = tuner.machine(args.machine)[0] if args.machine else tuner.parameters()
+    network = params.network
+    if network is not None:
+        if size > network.size:
+            raise ValueError(f"-N {size} ranks do not fit the network of {args.machine} "
+                             f"({network.describe()}: {network.size} ranks)")
+        print(f"# network: {network.describe()}; rank r on its endpoint r, {network.size} in all")
     model = "  model(us)" if args.no_data else ""
+    links = "" if network is None else (f"{'link max B':>12}  {'busiest link':<26}"
+                                        f"{'step-max B':>12}{'hops':>6}{'max':>4}{'global B':>11}")
     print(f"# {'algorithm':<20}{'steps':>7}{'max sent':>12}{'mean sent':>12}{'messages':>10}"
-          f"{'inter-node':>12}{'build s':>9}{'sim s':>8}{'(wall)':>8}{model}  correct  "
+          f"{'inter-node':>12}{'build s':>9}{'sim s':>8}{'(wall)':>8}{model}{links}  correct  "
           f"(s: CPU seconds of this process)", flush=True)
     failed, checking = 0, 0.0
     for k, name in enumerate(names):
@@ -159,14 +185,14 @@ def main(args) -> int:
         start, wall = time.process_time(), time.perf_counter()
         if args.no_data:
             result = pyar.simulate(schedule, dtype, op=args.op, data=False,
-                                   progress=_progress(name))
+                                   progress=_progress(name), network=network)
             predicted = f"{cost.predict(schedule, params, dtype).time * 1e6:>11.1f}"
             verdict = "(not checked)"
         else:
             # the last algorithm works in the inputs themselves (a GiB is not copied)
             last = k == len(names) - 1
             result = pyar.simulate(schedule, inputs if last else inputs.copy(), op=args.op,
-                                   overwrite=True, progress=_progress(name))
+                                   overwrite=True, progress=_progress(name), network=network)
             predicted = ""
         seconds, wall = time.process_time() - start, time.perf_counter() - wall
         if not args.no_data:
@@ -176,6 +202,7 @@ def main(args) -> int:
             failed += bad
             verdict = "yes" if not bad else f"NO ({bad} wrong)"
         sent = [s.bytes_sent for s in result.stats]
+        predicted += "" if network is None else link_columns(result.traffic, network)
         print(f"  {name:<20}{max(s.steps for s in result.stats):>7}{max(sent):>12}"
               f"{sum(sent) / len(sent):>12.0f}{sum(s.messages for s in result.stats):>10}"
               f"{sum(s.bytes_sent_inter_node for s in result.stats):>12}{built:>9.1f}"

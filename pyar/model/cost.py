@@ -31,6 +31,22 @@ delta terms, and with ``trace=True`` keeps the path itself, event by event
 with two link classes (``Params.alpha_inter``, ``beta_inter``) and a
 topology, a message between nodes costs ``alpha_inter + b*beta_inter``.
 
+**Networks.** With a network (``Params.network``, a
+:class:`pyar.model.network.Network`: a machine file's ``network`` entry), every
+message is routed over its links, and the model charges congestion with a
+max-congestion bound: the messages of one step (each counted in its sender's
+step) share the links they cross, each link full duplex (its two directions
+apart) and no adaptive routing (one fixed route per pair). A message of ``b``
+bytes of step ``s`` then takes ``alpha + sum of its route's link latencies``
+(hops x latency on uniform links) for its alpha part and, for its beta part,
+the larger of ``b*beta`` (its rank's port) and ``max over the links l of its
+route of B(s, l) / bw(l)``, where ``B(s, l)`` is all the bytes that step ``s``'s
+messages put on link ``l``. For a step every rank takes at once (ring,
+recursive doubling, Swing) its time is so the most loaded link's bytes over
+its bandwidth plus the hops' latency: a bound that assumes the link shared
+fairly for the whole step, not packet-level contention, and no overlap of one
+step's traffic with another's on a link.
+
 MPI libraries send a message up to an *eager* limit at once and a larger one
 after a rendezvous (a handshake with the receiver): ``Params.eager`` bytes and
 ``Params.rendezvous`` seconds. Above ``resident`` bytes of buffer, the
@@ -89,7 +105,8 @@ class Params(NamedTuple):
     name), per step posted; the largest message sent eagerly (bytes) and what a larger
     one's rendezvous adds; the largest buffer (bytes) whose steps cost no ``delta``.
     ``alpha_inter`` and ``beta_inter``: per message and per byte between ranks on
-    different nodes of a topology (None: as within a node)."""
+    different nodes of a topology (None: as within a node). ``network``: the links every
+    message is routed over (see the module docstring; None: ports only)."""
 
     alpha: float
     beta: float
@@ -100,6 +117,7 @@ class Params(NamedTuple):
     resident: float = 0.0
     alpha_inter: float | None = None
     beta_inter: float | None = None
+    network: object = None      # a pyar.model.network.Network, or None (no links modelled)
 
     def gamma_of(self, dtype) -> float:
         """Seconds per byte folded for ``dtype``; for a dtype not measured, the slowest one's."""
@@ -175,12 +193,13 @@ def estimate(collective: str, algorithm: str, size: int, count: int, dtype, para
     """The predicted time of ``algorithm`` and where it came from: ``"formula"`` or ``"schedule"``.
 
     Uses the closed form when there is one (unless ``exact``, or ``params``
-    has two link classes and ``topology`` several nodes: closed forms count
-    messages, not links), else builds the schedule (on ``topology``) and runs
+    has two link classes and ``topology`` several nodes, or a network: closed forms
+    count messages, not links), else builds the schedule (on ``topology``) and runs
     :func:`predict` on it.
     """
     dtype = np.dtype(dtype)
-    exact = exact or (params.links and topology is not None and len(topology.nodes) > 1)
+    exact = exact or params.network is not None or (
+        params.links and topology is not None and len(topology.nodes) > 1)
     terms = None if exact else formula(collective, algorithm, size, count, dtype, topology)
     if terms is not None:
         return Prediction.of(terms, params, params.gamma_of(dtype), count * dtype.itemsize), \
@@ -199,8 +218,9 @@ def predict(schedule: Schedule, params: Params, dtype="float32", *, trace: bool 
     """The modelled time of ``schedule`` on ``dtype`` elements (see the module docstring).
 
     With a topology and ``params.links``, a message between nodes costs
-    ``alpha_inter + b*beta_inter``. With ``trace``, the prediction's
-    critical path is kept for :func:`critical_path`. Raises ScheduleError
+    ``alpha_inter + b*beta_inter``. With ``params.network``, each message is routed and
+    charged for the congestion of its step (see the module docstring). With ``trace``,
+    the prediction's critical path is kept for :func:`critical_path`. Raises ScheduleError
     if the schedule's messages do not match (size, or a deadlock): the
     simulator says which rank and step in more detail.
     """
@@ -209,7 +229,14 @@ def predict(schedule: Schedule, params: Params, dtype="float32", *, trace: bool 
     nbytes = schedule.count * itemsize
     delta = 0.0 if nbytes <= params.resident else params.delta
     node_of = schedule.topology.node_of if schedule.topology and params.links else None
-    finish = _timeline(schedule.table(), itemsize, params, gamma, delta, node_of, trace)
+    table = schedule.table()
+    net = None
+    if params.network is not None:
+        traffic = params.network.table_traffic(table, itemsize)
+        latency, congestion = np.zeros(table.rank.size), np.zeros(table.rank.size)
+        latency[table.send], congestion[table.send] = traffic.latency, traffic.congestion
+        net = (latency.tolist(), congestion.tolist())
+    finish = _timeline(table, itemsize, params, gamma, delta, node_of, trace, net)
     last = max(finish, default=_ZERO, key=lambda path: path[0])
     prediction = Prediction.of_path(last, params, nbytes)
     if trace:
@@ -235,8 +262,11 @@ def critical_path(prediction: Prediction) -> list[tuple]:
     return events[::-1]
 
 
-def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False):
+def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False, net=None):
     """When each rank ends, as a path (see ``_ZERO``) of the schedule in ``table``.
+
+    ``net``: per row, the route's latency and the congestion seconds of a send row
+    (two lists), or None.
 
     Event-driven. A rank's ports only ever carry its current step's messages,
     so a message alone on both its ports (the sender's only send of the
@@ -267,9 +297,9 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False):
     done = [None] * size            # per rank: when its last step ended
     send_free = [_ZERO] * size      # when each rank's send port is free
     recv_free = [_ZERO] * size      # when each rank's receive port is free
-    unmatched = {}                  # 2*channel + is_send -> deque of (path, nbytes, fold, alone)
+    unmatched = {}          # 2*channel + is_send -> deque of (path, nbytes, fold, alone, row)
     now = []                        # ready messages alone on their ports
-    ready = []                      # heap of (seconds, seq, path, src, dst, nbytes, fold, why)
+    ready = []              # heap of (seconds, seq, path, src, dst, nbytes, fold, send row)
     seq = 0
     push = heapq.heappush
 
@@ -296,19 +326,21 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False):
                 waiting = unmatched.get(channel + (not is_send))
                 if not waiting:
                     unmatched.setdefault(channel + is_send, deque()).append(
-                        (at, nbytes, fold, alone))
+                        (at, nbytes, fold, alone, row))
                     continue
-                their_at, their_bytes, their_fold, their_alone = waiting.popleft()
+                their_at, their_bytes, their_fold, their_alone, their_row = waiting.popleft()
                 if their_bytes != nbytes:
                     sent, expected = (nbytes, their_bytes) if is_send else (their_bytes, nbytes)
                     raise ScheduleError(
                         f"size mismatch: rank {src} sends rank {dst} {sent} bytes, which it "
                         f"receives as {expected} (rank {rank} step {i})")
                 both = at if at[0] >= their_at[0] else their_at
+                sender = row if is_send else their_row
                 if alone and their_alone:
-                    now.append((both, src, dst, nbytes, fold or their_fold))
+                    now.append((both, src, dst, nbytes, fold or their_fold, sender))
                 else:
-                    push(ready, (both[0], seq, both, src, dst, nbytes, fold or their_fold))
+                    push(ready, (both[0], seq, both, src, dst, nbytes, fold or their_fold,
+                                 sender))
                     seq += 1
             if hi > lo:
                 return
@@ -340,9 +372,9 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False):
     while now or ready:
         reason = "ready: both ends posted it"
         if now:
-            at, src, dst, nbytes, fold = now.pop()
+            at, src, dst, nbytes, fold, row = now.pop()
         else:
-            _, _, at, src, dst, nbytes, fold = pop(ready)
+            _, _, at, src, dst, nbytes, fold, row = pop(ready)
             free = send_free[src]
             if free[0] > at[0]:
                 at, reason = free, f"waits for rank {src}'s send port"
@@ -353,6 +385,9 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False):
             a, b = far_alpha, nbytes * far_beta
         else:
             a, b = alpha, nbytes * beta
+        if net is not None:
+            a += net[0][row]
+            b = max(b, net[1][row])
         why = None
         if trace:
             why = (at[7], (at[0] + a, "message", src, current[src], dst, nbytes, a, "alpha",

@@ -53,10 +53,12 @@ class RankStats:
 class SimResult:
     outputs: list      # per-rank results, as the collective returns them (None where it does)
     stats: list        # per-rank RankStats
+    traffic: object = None  # with a network: its links' loads (pyar.model.network.Traffic)
 
 
 def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
-             overwrite: bool = False, progress=None, reduce_dtype=None) -> SimResult:
+             overwrite: bool = False, progress=None, reduce_dtype=None,
+             network=None) -> SimResult:
     """Run ``schedule`` for all its ranks at once; ``inputs[r]`` is what rank r passes.
 
     ``inputs[r]`` is the ``x`` rank r would pass to the collective (see
@@ -74,6 +76,10 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
     (:func:`pyar.core.ops.accumulator`: float16 and bfloat16 sums in float32 by
     default, the outputs rounded to the inputs' dtype once); the bytes counted
     are those of the type it runs in.
+    With a ``network`` (:class:`pyar.model.network.Network`, at least as many ranks as the
+    schedule, rank r on its endpoint r), every message is routed and the result's
+    ``traffic`` says the bytes on each link, per step (the sender's step) and in all, and
+    each message's hops (:class:`pyar.model.network.Traffic`).
     """
     op = ops.resolve(op)
     record = collectives.collective(schedule.collective)
@@ -85,7 +91,8 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
             table = schedule.table()
             stats = _stats(table, wire.itemsize, schedule.topology)
             _Run(table, count, None, None, None).run(progress)
-        return SimResult([None] * size, stats)
+            traffic = None if network is None else network.table_traffic(table, wire.itemsize)
+        return SimResult([None] * size, stats, traffic)
     if record.count(1, size) == 0:          # a barrier: no input
         inputs = [np.zeros(0, np.uint8)] * size if inputs is None else inputs
     if inputs is None or len(inputs) != size:
@@ -123,6 +130,7 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
         offset = np.where(table.scratch, size * count + base[table.rank],
                           table.rank * count) + table.lo
         _Run(table, count, memory, written, offset, op.reduction).run(progress)
+        traffic = None if network is None else network.table_traffic(table, wire.itemsize)
     outputs = []
     for r, a in enumerate(arrays):
         out = record.result(data_part[r], a.shape, r, size, schedule.root)
@@ -132,7 +140,7 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
                 with np.errstate(over="ignore"):   # (beyond the half type's range: inf)
                     out = out.astype(dtype)
         outputs.append(out)
-    return SimResult(outputs, stats)
+    return SimResult(outputs, stats, traffic)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,9 @@ machine parameters of the tuning file (``PYAR_TUNING_FILE``, default
 description (``machines/*.json``: the same format, with ``inter_node`` alpha
 and beta for messages between nodes) works as a tuning file too: on a
 topology of several nodes, candidates are then costed from their schedules,
-each message on its own link class. The file is
+each message on its own link class; with a ``network`` entry
+(:mod:`pyar.model.network`: a torus, fat tree, switch or dragonfly), candidates
+are costed from their schedules, every message routed over its links. The file is
 read once per process, and every rank must see the same one (ranks that pick
 differently get a MismatchError, not a hang).
 
@@ -45,7 +47,7 @@ import numpy as np
 from .. import collectives
 from ..algorithms import AUTO, LIBRARY, algorithm as registered, algorithms, check_name, generation
 from ..core.errors import ScheduleError
-from . import cost
+from . import cost, network
 
 FORMAT = "pyar-tuning/1"
 
@@ -329,7 +331,8 @@ def machine(path) -> tuple[cost.Params, dict]:
                 f"(seconds), gamma, an object of dtype name -> seconds per byte, and "
                 f"optionally eager (bytes > 0, or null: no limit), rendezvous >= 0 (seconds), "
                 f"resident >= 0 (bytes), inter_node {{\"alpha\": s, \"beta\": s/B}} (between "
-                f"nodes), nodes and ranks_per_node (ints >= 1)")
+                f"nodes), nodes and ranks_per_node (ints >= 1), network (an object with "
+                f"\"kind\": {', '.join(network.KINDS)}: see pyar.model.network)")
     try:
         if data["format"] != FORMAT or not data["gamma"]:
             raise ValueError
@@ -348,6 +351,11 @@ def machine(path) -> tuple[cost.Params, dict]:
             raise ValueError
     except (KeyError, TypeError, ValueError, AttributeError):
         raise ValueError(f"tuning file {path}: expected {expected}") from None
+    if data.get("network") is not None:
+        try:
+            params = params._replace(network=network.from_spec(data["network"]))
+        except ValueError as e:
+            raise ValueError(f"tuning file {path}: {e}") from None
     if not all(math.isfinite(v) and v >= 0 for v in
                (params.alpha, params.beta, params.delta, params.rendezvous, params.resident,
                 *params.inter(), *gamma.values())) or not params.eager > 0:

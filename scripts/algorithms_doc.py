@@ -122,7 +122,9 @@ def header(torus, fattree) -> list[str]:
         "endpoint, rank r on endpoint r; routes as in the research guide's "
         "[Networks](guides/research.md#networks) section. The numbers come from "
         "`pyar.simulate(schedule, data=False, network=...)`, not from formulas: "
-        "`pyar sim --machine FILE -N 64 --count 262144 --no-data` prints the same.",
+        "`pyar sim --machine FILE --collective NAME -N 64 --count 262144 --no-data` "
+        "prints the same bytes (`--count 4096` for reduce_scatter and alltoall, whose "
+        "`--count` is a block's; its messages column is the sum over ranks).",
         "",
     ]
 

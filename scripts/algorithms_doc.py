@@ -13,7 +13,7 @@ binomial trees on the fat tree and the dragonfly (``machines/dragonfly-64.json``
 
 The page is a pure function of the registry, the simulator, the cost model and the
 machine files: no dates, no timings, so that tests/unit/test_algorithms_doc.py can
-regenerate it and compare. It takes about a second.
+regenerate it and compare. It takes about 3 s (imports included).
 
     python scripts/algorithms_doc.py [--out docs/algorithms.md]
 """
@@ -116,8 +116,8 @@ def header(torus, fattree) -> list[str]:
         "Columns: **steps** and **messages**: the most any rank takes and sends; "
         "**sent**: bytes sent per rank, the most and the mean over ranks; **auto**: whether "
         "the `auto` tuner considers it; **torus link**: the bytes of the most loaded link "
-        f"over the whole collective on the {torus.describe()} of `{TORUS}`; **fat-tree "
-        f"link**: the same on the {fattree.describe()} of `{FATTREE}`; **fat-tree global**: "
+        f"over the whole collective on the {torus.describe()} (`{TORUS}`); **fat-tree "
+        f"link**: the same on the {fattree.describe()} (`{FATTREE}`); **fat-tree global**: "
         "the bytes over its global links (the leaves' uplinks) in all. One rank per "
         "endpoint, rank r on endpoint r; routes as in the research guide's "
         "[Networks](guides/research.md#networks) section. The numbers come from "
@@ -191,7 +191,14 @@ def swing_section(torus) -> list[str]:
         lines.append(f"| `{algo}` | {number(link)} | {number(step_max)} | {big:.1f} "
                      f"| {tiny:.1f} | {change(link, ref[1]) if ref else '-'} "
                      f"| {change(round(big * 10), round(ref[3] * 10)) if ref else '-'} |")
+    swing, rab = table["swing_bandwidth"], table["rabenseifner"]
     lines += [
+        "",
+        f"Here the bandwidth-optimal Swing's busiest link carries {number(swing[1])} bytes "
+        f"against rabenseifner's {number(rab[1])} ({change(swing[1], rab[1])}), and the "
+        f"model's time changes by {change(round(swing[3] * 10), round(rab[3] * 10))} at "
+        f"1 MiB and by {change(round(swing[4] * 10), round(rab[4] * 10))} at 1 KiB, where "
+        "latency, hops included, decides.",
         "",
         f"The paper ({SWING_PAPER}) reports in its abstract that Swing outperforms "
         "existing allreduce algorithms by up to 3x for vectors of 32 B to 128 MiB on torus "

@@ -106,41 +106,44 @@ def _cost(n, count, m, topology, cap=CAP, reduce=False):
     return Terms(n - 1, (n - 1) / n * m, (n - 1) / n * m if reduce else 0, steps)
 
 
-@register_algorithm("pat", collective="reduce_scatter", auto=True,
-                    cost=functools.partial(_cost, reduce=True))
-def pat_reduce_scatter(rank, size, count, topology=None, *, cap=CAP):
+def reduce_scatter_template(size, a):
+    """The reduce-scatter's messages, nearest first, relative to the rank: rows ``(step,
+    send, distance to the peer, distance back to the block)``; a receive folds."""
+    return [row for s, (d, offsets) in enumerate(reduce_scatter_steps(size, a))
+            for row in [*((s, 1, -d, d + x) for x in offsets),
+                        *((s, 0, d, x) for x in offsets)]]
+
+
+def allgather_template(size, a):
+    """The allgather's messages, farthest first, as :func:`reduce_scatter_template`'s; a
+    receive copies."""
+    return [row for s, (d, offsets) in enumerate(allgather_steps(size, a))
+            for row in [*((s, 1, d, x) for x in offsets),
+                        *((s, 0, -d, d + x) for x in offsets)]]
+
+
+def _rank_steps(rank, size, count, cap, template, reduce):
+    """Rank ``rank``'s steps from its collective's ``template``."""
     a = _per_step(count, size, cap)
     if size == 1 or count == 0:
         return []
     edges = bounds(count, size)
-    steps = []
-    for d, offsets in reduce_scatter_steps(size, a):      # nearest first
-        to, source = (rank - d) % size, (rank + d) % size
-        steps.append([*(Send(to, _block(edges, rank - d - x, size)) for x in offsets),
-                      *(Recv(source, _block(edges, rank - x, size), reduce=True)
-                        for x in offsets)])
+    rows = template(size, a)
+    steps = [[] for _ in range(rows[-1][0] + 1)]
+    for s, send, dist, back in rows:
+        peer, chunk = (rank + dist) % size, _block(edges, rank - back, size)
+        steps[s].append(Send(peer, chunk) if send else Recv(peer, chunk, reduce=reduce))
     return compact(steps)
 
 
-@register_algorithm("pat", collective="allgather", cost=_cost)
-def pat_allgather(rank, size, count, topology=None, *, cap=CAP):
+def _table(size, count, cap, template, reduce):
+    """Every rank's rows at once, as one Table, from its collective's ``template``."""
     a = _per_step(count, size, cap)
     if size == 1 or count == 0:
-        return []
-    edges = bounds(count, size)
-    steps = []
-    for d, offsets in allgather_steps(size, a):           # farthest first
-        to, source = (rank + d) % size, (rank - d) % size
-        steps.append([*(Send(to, _block(edges, rank - x, size)) for x in offsets),
-                      *(Recv(source, _block(edges, rank - d - x, size)) for x in offsets)])
-    return compact(steps)
-
-
-def _table(size, count, template, reduce):
-    """Every rank's rows at once from one ``template`` of rows ``(step, send, distance to the
-    peer, distance back to the block)`` relative to the rank."""
+        return Table.compact(size, *([np.zeros(0, np.int64)] * 8))
     edges = np.asarray(bounds(count, size), np.int64)
-    step, send, dist, back = (np.asarray(c, np.int64)[None, :] for c in zip(*template))
+    step, send, dist, back = (np.asarray(c, np.int64)[None, :]
+                              for c in zip(*template(size, a)))
     rank = np.arange(size)[:, None]
     block = (rank - back) % size
     shape = block.shape
@@ -151,30 +154,25 @@ def _table(size, count, template, reduce):
     return Table.compact(size, *(c.reshape(-1) for c in columns))
 
 
-def _empty(size):
-    return Table.compact(size, *([np.zeros(0, np.int64)] * 8))
+@register_algorithm("pat", collective="reduce_scatter", auto=True,
+                    cost=functools.partial(_cost, reduce=True))
+def pat_reduce_scatter(rank, size, count, topology=None, *, cap=CAP):
+    return _rank_steps(rank, size, count, cap, reduce_scatter_template, True)
+
+
+@register_algorithm("pat", collective="allgather", cost=_cost)
+def pat_allgather(rank, size, count, topology=None, *, cap=CAP):
+    return _rank_steps(rank, size, count, cap, allgather_template, False)
 
 
 def reduce_scatter_table(size, count, topology=None, *, cap=CAP):
     """What :func:`pat_reduce_scatter` returns, every rank at once, as one Table."""
-    a = _per_step(count, size, cap)
-    if size == 1 or count == 0:
-        return _empty(size)
-    template = [row for s, (d, offsets) in enumerate(reduce_scatter_steps(size, a))
-                for row in [*((s, 1, -d, d + x) for x in offsets),
-                            *((s, 0, d, x) for x in offsets)]]
-    return _table(size, count, template, True)
+    return _table(size, count, cap, reduce_scatter_template, True)
 
 
 def allgather_table(size, count, topology=None, *, cap=CAP):
     """What :func:`pat_allgather` returns, every rank at once, as one Table."""
-    a = _per_step(count, size, cap)
-    if size == 1 or count == 0:
-        return _empty(size)
-    template = [row for s, (d, offsets) in enumerate(allgather_steps(size, a))
-                for row in [*((s, 1, d, x) for x in offsets),
-                            *((s, 0, -d, d + x) for x in offsets)]]
-    return _table(size, count, template, False)
+    return _table(size, count, cap, allgather_template, False)
 
 
 pat_reduce_scatter.table = reduce_scatter_table

@@ -84,7 +84,7 @@ def _parse_override(text: str, registered_generation: int) -> dict:
     """``{collective or None: name}`` from a PYAR_ALGO value, checked against the registry as
     it was at ``registered_generation``; one ValueError saying all that is wrong. An entry's
     text before its first ``:`` is a collective if one has that name, else the entry is one
-    name with parameters (``recexch:k=4``)."""
+    name with parameters (``knomial:k=4``)."""
     table, wrong = {}, []
     for item in filter(None, (part.strip() for part in text.split(";"))):
         collective, sep, name = (part.strip() for part in item.partition(":"))

@@ -14,6 +14,7 @@ import numpy as np
 from ..algorithms import LIBRARY, builder
 from ..core import ops, schedule as _schedule
 from ..core.errors import MismatchError, ScheduleError
+from ..model import tuner
 from . import recorder
 from .comm import Comm
 from .plan import Plan
@@ -53,6 +54,16 @@ def runs_in(name: str, wire: np.dtype, reduces: bool) -> np.dtype:
     """The dtype algorithm ``name`` runs in, given the one asked for (``wire``): the MPI
     library's collective reduces half types in float32 (MPI has none)."""
     return np.dtype(np.float32) if reduces and name == LIBRARY and wire in ops.HALF else wire
+
+
+def chosen(record, algorithm, c: Comm, count: int, dtype, op, reduce_dtype) -> tuple:
+    """(algorithm name, the dtype it runs in) of a call on ``count`` elements of ``dtype``:
+    the tuner's choice for the bytes the call moves in the dtype it asks for
+    (:func:`pyar.core.ops.accumulator`), then :func:`runs_in` that algorithm."""
+    wire = ops.accumulator(dtype, op, reduce_dtype)
+    name = tuner.select(record.name, algorithm, c.size, count, count * wire.itemsize, wire,
+                        topology=c.topology)
+    return name, runs_in(name, wire, op is not None)
 
 
 def compiled(c: Comm, collective: str, name: str, count: int, root: int, deadline,

@@ -37,7 +37,6 @@ import numpy as np
 from ..algorithms import LIBRARY
 from ..collectives import Work
 from ..core import ops
-from ..model import tuner
 from . import calls, cuda, notice, persistent, progress, recorder
 from .baseline import library
 
@@ -58,7 +57,7 @@ def collective(record, x, out, op, algorithm, comm, root, timeout, nonblocking, 
         return _staged(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking,
                        then, reduce_dtype)
     run = _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking,
-                  ops.accumulator(x.dtype, op, reduce_dtype))
+                  reduce_dtype)
     if then is not None:
         finish = run.finish
         run.finish = lambda: then(finish())
@@ -79,10 +78,8 @@ class Persistent(persistent.Persistent):
         self.label, self.asked, self.then = f"pyar.{record.name}", algorithm, None
         self.timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
         count = record.count(x.size, c.size)
-        wire = ops.accumulator(x.dtype, op, reduce_dtype)
-        self.name = name = tuner.select(record.name, algorithm, c.size, count,
-                                        count * wire.itemsize, wire, topology=c.topology)
-        self.wire = wire = calls.runs_in(name, wire, op is not None)
+        name, wire = calls.chosen(record, algorithm, c, count, x.dtype, op, reduce_dtype)
+        self.name = name
         self.call = call = calls.signature(record, op, x.dtype, count, root, name, wire)
         self.sig = (record.name, None if op is None else op.value, x.dtype.name, x.size,
                     x.shape, root, name)
@@ -146,13 +143,12 @@ def _target(record, x, out, c, root):
     return out
 
 
-def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking, wire):
+def _direct(cupy, record, x, target, op, algorithm, c, root, timeout, nonblocking,
+            reduce_dtype):
     """The run of the collective on device buffers, MPI reading and writing GPU memory;
-    a reduction in ``wire`` (:func:`pyar.core.ops.accumulator`) on a copy of x in it."""
+    a reduction in a wider type (:func:`pyar.core.ops.accumulator`) on a copy of x in it."""
     count = record.count(x.size, c.size)
-    name = tuner.select(record.name, algorithm, c.size, count,
-                        count * wire.itemsize, wire, topology=c.topology)
-    wire = calls.runs_in(name, wire, op is not None)
+    name, wire = calls.chosen(record, algorithm, c, count, x.dtype, op, reduce_dtype)
     data = record.load(x, c.rank, c.size)
     if data.dtype != wire:
         data = data.astype(wire)

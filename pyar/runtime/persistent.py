@@ -92,24 +92,22 @@ class Persistent:
         op, c = calls.checked(record, x, op, comm, root)
         self.c, self.record, self.root, self.op, self.kind = c, record, root, op, kind
         self.label = f"pyar.{record.name}"
-        wire = ops.accumulator(x.dtype, op, reduce_dtype)
         if held:
-            self._setup(x, out, op, algorithm, timeout, then, kind, wire)
+            self._setup(x, out, op, algorithm, timeout, then, kind, reduce_dtype)
             return
         c.enter(self.label)         # (its agreement is a call on c)
         try:
-            self._setup(x, out, op, algorithm, timeout, then, kind, wire)
+            self._setup(x, out, op, algorithm, timeout, then, kind, reduce_dtype)
         finally:
             c.leave()
 
-    def _setup(self, x, out, op, algorithm, timeout, then, kind, wire) -> None:
+    def _setup(self, x, out, op, algorithm, timeout, then, kind, reduce_dtype) -> None:
         c, record, root = self.c, self.record, self.root
         self.timeout = c.timeout if timeout is None else progress.check_timeout(timeout)
         count = record.count(x.size, c.size)
         self.asked = algorithm
-        self.name = name = tuner.select(record.name, algorithm, c.size, count,
-                                        count * wire.itemsize, wire, topology=c.topology)
-        self.wire = wire = calls.runs_in(name, wire, op is not None)
+        self.name, self.wire = name, wire = calls.chosen(record, algorithm, c, count, x.dtype,
+                                                         op, reduce_dtype)
         self.reduction = None if op is None else op.reduction
         self.call = call = calls.signature(record, op, x.dtype, count, root, name, wire)
         self.entry = (notice.fingerprint(call), call)

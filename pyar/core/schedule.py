@@ -11,6 +11,12 @@ receive takes effect when the step ends, ``reduce=True`` folding the incoming
 data into its chunk (``dst = dst op incoming``, in the order the receives are
 listed), ``reduce=False`` copying it. Messages between a pair of ranks match
 in order, as MPI's do on one communicator and tag.
+
+A rank may send to itself, as MPI allows: a Send and a Recv with ``peer`` the
+rank itself, in one step, are a local copy (or fold) of what the chunk held when
+the step began, taking effect in the receives' order like any other. This is
+how a schedule folds in a fixed order that does not start from the rank's own
+data, so that every rank computes the same bits (see ``one_shot``).
 """
 
 from __future__ import annotations
@@ -268,8 +274,9 @@ class Schedule:
 def check_steps(steps: list[Step], rank: int, size: int, count: int) -> None:
     """Raise ScheduleError unless every transfer of ``rank`` is well formed on its own.
 
-    Peers must be other ranks of the communicator, chunks must lie in their
-    buffer (``data`` has ``count`` elements), and within a step a copying
+    Peers must be ranks of the communicator, chunks must lie in their
+    buffer (``data`` has ``count`` elements), a rank's messages to itself must pair
+    up within their step (in order, sizes equal), and within a step a copying
     receive may not overlap any other receive (which would land last is
     undefined).
     """
@@ -278,9 +285,9 @@ def check_steps(steps: list[Step], rank: int, size: int, count: int) -> None:
             raise ScheduleError(f"rank {rank} step {i}: expected a Step, got {step!r}")
         for op in step.ops:
             peer, (buffer, lo, hi) = op[0], op[1]
-            if type(peer) is not int or not 0 <= peer < size or peer == rank:
+            if type(peer) is not int or not 0 <= peer < size:
                 raise ScheduleError(f"rank {rank} step {i}: {type(op).__name__} peer {peer!r} "
-                                    f"is not another rank in [0, {size})")
+                                    f"is not a rank in [0, {size})")
             if buffer == "data":
                 inside = 0 <= lo <= hi <= count
             elif buffer == "scratch":
@@ -293,6 +300,11 @@ def check_steps(steps: list[Step], rank: int, size: int, count: int) -> None:
                                     f"has chunk {tuple(op[1])} outside buffer {buffer!r} "
                                     f"(data holds {count} elements)")
         recvs = step.recvs
+        own = [[op.chunk.count for op in ops if op.peer == rank] for ops in (step.sends, recvs)]
+        if own[0] != own[1]:
+            raise ScheduleError(f"rank {rank} step {i}: its messages to itself do not pair up "
+                                f"in the step (sends of {own[0]} elements, receives of "
+                                f"{own[1]}): a local copy is a Send and a Recv of one size")
         if len(recvs) > 1 and _overlap(recvs):
             for a, ra in enumerate(recvs):      # only now the pairs, to name them
                 for rb in recvs[a + 1:]:

@@ -23,6 +23,9 @@ The model is a discrete-event timeline over the steps of all ranks:
 - A step ends when its last message has been delivered, plus ``b*gamma`` for
   each receive that folds (the folds run one after another at the end of the
   step, as the runtime does them).
+- A message from a rank to itself (a local copy or fold) takes no wire time and
+  no port: its fold is charged ``b*gamma`` as any other; a local copy is free
+  (the model has no term for memory traffic).
 
 The time of the schedule is when its last rank ends. :func:`predict` also
 splits that time along the critical path into its alpha, beta, gamma and
@@ -381,6 +384,10 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False, 
             free = recv_free[dst]
             if free[0] > at[0]:
                 at, reason = free, f"waits for rank {dst}'s receive port"
+        if src == dst:              # a local copy or fold: no wire, no port
+            deliver(src, at, nbytes, False)
+            deliver(dst, at, nbytes, fold)
+            continue
         if node_of is not None and node_of[src] != node_of[dst]:
             a, b = far_alpha, nbytes * far_beta
         else:

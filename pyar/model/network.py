@@ -128,7 +128,8 @@ class Network:
 
     def routes(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
         """``(lengths, links)``: the routes of pairs ``(src[k], dst[k])`` concatenated, each
-        ``lengths[k]`` links long. Pairs not asked for before are routed once, in numpy."""
+        ``lengths[k]`` links long (none from a rank to itself). Pairs not asked for before are
+        routed once, in numpy."""
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
         if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= self.size):
             raise ValueError(f"ranks must be in [0, {self.size}) on this {self.kind}")
@@ -145,6 +146,7 @@ class Network:
             self._routes = np.concatenate((self._routes, made))[order]
             at = np.searchsorted(self._keys, keys)
         padded = self._routes[at][inverse]
+        padded[src == dst] = -1             # a message to itself crosses no link
         return (padded >= 0).sum(axis=1), padded[padded >= 0]
 
     def traffic(self, src, dst, nbytes, step) -> Traffic:

@@ -32,7 +32,8 @@ from ..kernels import reduce_into
 
 @dataclass
 class RankStats:
-    """What one rank did: bytes and messages sent, bytes received, steps taken.
+    """What one rank did: bytes and messages sent, bytes received, steps taken. Messages
+    to itself (local copies and folds) are steps' work, not traffic: not counted.
 
     With a topology, ``bytes_sent_inter_node`` counts the bytes sent to ranks
     on other nodes (``bytes_sent_intra_node`` the rest); without one, 0.
@@ -157,7 +158,8 @@ def _collector_paused():
 
 
 def _stats(table, itemsize, topology) -> list:
-    """Per rank: bytes and messages sent, bytes received, steps (all fixed by the table)."""
+    """Per rank: bytes and messages sent to and received from other ranks, steps (all fixed
+    by the table)."""
     size = len(table.nsteps)
     nbytes = (table.hi - table.lo) * itemsize
     send = table.send
@@ -166,8 +168,9 @@ def _stats(table, itemsize, topology) -> list:
         return np.bincount(table.rank[mask], weights=None if weights is None else
                            weights[mask], minlength=size).astype(np.int64).tolist()
 
-    sent, received = per_rank(send, nbytes), per_rank(~send, nbytes)
-    messages = per_rank(send)
+    wire = table.rank != table.peer         # a message to itself is a local copy or fold
+    sent, received = per_rank(send & wire, nbytes), per_rank(~send & wire, nbytes)
+    messages = per_rank(send & wire)
     inter = [0] * size
     if topology is not None:
         node = np.asarray(topology.node_of)

@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 import pyar
 from pyar.algorithms import algorithm, builder, ring, segmented_ring
-from pyar.core.schedule import Chunk, Recv, Send, Step, check_steps, compact, split
+from pyar.core.schedule import Chunk, Recv, Schedule, Send, Step, check_steps, compact, split
 
 
 @given(st.integers(0, 5000), st.integers(1, 200))
@@ -39,8 +39,11 @@ def test_compact_drops_empty_transfers_and_steps():
 
 
 @pytest.mark.parametrize("steps, message", [
-    ([Step([Send(0, Chunk("data", 0, 1))])], "peer 0 is not another rank"),
-    ([Step([Send(5, Chunk("data", 0, 1))])], "peer 5 is not another rank"),
+    ([Step([Send(-1, Chunk("data", 0, 1))])], r"peer -1 is not a rank in \[0, 4\)"),
+    ([Step([Send(5, Chunk("data", 0, 1))])], "peer 5 is not a rank"),
+    ([Step([Send(0, Chunk("data", 0, 1))])], "to itself do not pair up"),
+    ([Step([Send(0, Chunk("data", 0, 2)), Recv(0, Chunk("scratch", 0, 1))])],
+     r"sends of \[2\] elements, receives of \[1\]"),
     ([Step([Recv(2, Chunk("data", 0, 11))])], r"outside buffer 'data' \(data holds 10"),
     ([Step([Recv(2, Chunk("data", 4, 3))])], "outside buffer"),
     ([Step([Recv(2, Chunk("extra", 0, 1))])], "is not one of"),
@@ -52,6 +55,22 @@ def test_check_steps_names_rank_step_and_peer(steps, message):
     with pytest.raises(pyar.ScheduleError, match=message) as e:
         check_steps(steps, rank=0, size=4, count=10)
     assert "rank 0 step 0" in str(e.value)
+
+
+def test_a_message_to_itself_is_a_local_copy_of_the_chunk_as_the_step_began():
+    """Rank 1 copies data into scratch and receives rank 0's data over it in one step; the
+    next step folds the copy back in: every rank ends with the same bits, x0 + x1."""
+    def swap(rank, size, count, topology=None):
+        data, spare = Chunk("data", 0, count), Chunk("scratch", 0, count)
+        if rank == 0:
+            return [Step([Send(1, data), Recv(1, data, True)])]
+        return [Step([Send(0, data), Send(1, data), Recv(1, spare), Recv(0, data)]),
+                Step([Send(1, spare), Recv(1, data, True)])]
+    xs = [np.array([1.0, 2.0], np.float32), np.array([10.0, 20.0], np.float32)]
+    out = pyar.simulate(Schedule("swap", "allreduce", 2, 2, swap), xs)
+    assert [o.tolist() for o in out.outputs] == [[11.0, 22.0], [11.0, 22.0]]
+    assert [s.bytes_sent for s in out.stats] == [8, 8]      # the copies are not traffic
+    assert [s.messages for s in out.stats] == [1, 1]
 
 
 def test_overlapping_folds_in_one_step_are_fine():

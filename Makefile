@@ -110,9 +110,7 @@ benchmarks: $(VENV)/.kernels
 
 # pyar checks itself with pyar verify: every allreduce algorithm and auto, the full sweep at
 # 1..8 ranks (make test runs the smoke profile at 1, 3 and 4 ranks), within four hours. Every
-# case is bounded by --case-timeout; the command starts and ends its own MPI jobs. Its
-# float16/bfloat16 sums fail the float32-accumulation rule: pyar's folds round to the half
-# type after every add (README, "Limits").
+# case is bounded by --case-timeout; the command starts and ends its own MPI jobs.
 verify: $(VENV)/.kernels
 	$(PY) -m pyar verify pyar:all pyar:auto --profile full --ranks 1-8 --time-limit 14400 \
 	  --json verify-pyar.json

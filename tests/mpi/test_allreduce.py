@@ -16,7 +16,7 @@ from pyar.runtime.plan import RESIDENT_BYTES
 from checks import agree, check_against_mpi, dtype_op_grid, library_may_differ
 
 # the registry's names, and parameterized ones (name:key=value) through the same paths
-ALGORITHMS = pyar.algorithms() + ["knomial:k=3", "segmented_ring:segment=100"]
+ALGORITHMS = pyar.algorithms() + ["knomial:k=3", "recexch:k=3", "segmented_ring:segment=100"]
 
 
 def ops_for(dtype):

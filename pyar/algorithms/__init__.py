@@ -217,4 +217,5 @@ def check_name(name: str, collective: str = "allreduce") -> str:
 from . import (bine_butterfly, bine_tree, binomial, bruck, dissemination,  # noqa: E402,F401
                double_binary_tree, hierarchical, knomial, linear, naive, pairwise, pat,
                rabenseifner, recursive_doubling, recursive_halving, reduce_scatter_gather, ring,
-               scatter_allgather, segmented_ring, swing_bandwidth, swing_latency, two_shot)
+               one_shot, scatter_allgather, segmented_ring, swing_bandwidth, swing_latency,
+               two_shot)

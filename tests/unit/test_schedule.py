@@ -125,9 +125,9 @@ def test_schedules_are_memoised_per_arguments():
 
 def test_algorithms_lists_the_builtins_and_mpi():
     assert pyar.algorithms() == ["bine", "binomial", "double_binary_tree", "hierarchical",
-                                 "knomial", "naive", "rabenseifner", "recursive_doubling", "ring",
-                                 "segmented_ring", "swing_bandwidth", "swing_latency", "two_shot",
-                                 "mpi"]
+                                 "knomial", "naive", "one_shot", "rabenseifner",
+                                 "recursive_doubling", "ring", "segmented_ring", "swing_bandwidth",
+                                 "swing_latency", "two_shot", "mpi"]
     assert pyar.algorithms("reduce_scatter") == ["bine", "pairwise", "pat", "recursive_halving",
                                                  "ring", "mpi"]
     assert pyar.algorithms("allgather") == ["bine", "bruck", "pat", "recursive_doubling", "ring",

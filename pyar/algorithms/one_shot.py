@@ -93,9 +93,10 @@ def _table(size, count, topology=None):
               (1, 0, False, r, True, mine, mine + own, False),         # into slot r-1
               (n, 1, True, r, True, slot, slot + count, False),        # slots 0..N-2, in order,
               (n, 1, False, r, False, 0, count, True)]                 # folded into data
-    columns = [np.concatenate([np.broadcast_to(np.asarray(block[c], np.int64), (size, block[0]))
+    types = (np.int64, bool, np.int64, bool, np.int64, np.int64, bool)
+    columns = [np.concatenate([np.broadcast_to(np.asarray(block[c], t), (size, block[0]))
                                for block in blocks], axis=1).reshape(-1)
-               for c in range(1, 8)]
+               for c, t in enumerate(types, 1)]
     rank = np.repeat(np.arange(size), columns[0].size // size)
     return Table.compact(size, rank, *columns)
 

@@ -215,7 +215,7 @@ def check_name(name: str, collective: str = "allreduce") -> str:
 
 # The built-in algorithms register themselves on import.
 from . import (bine_butterfly, bine_tree, binomial, bruck, dissemination,  # noqa: E402,F401
-               double_binary_tree, hierarchical, knomial, linear, naive, pairwise, pat,
-               rabenseifner, recexch, recursive_doubling, recursive_halving, reduce_scatter_gather,
-               ring, scatter_allgather, segmented_ring, swing_bandwidth, swing_latency,
-               two_shot)
+               double_binary_tree, hierarchical, knomial, linear, naive, one_shot, pairwise, pat,
+               rabenseifner, recexch, recursive_doubling, recursive_halving,
+               reduce_scatter_gather, ring, scatter_allgather, segmented_ring, swing_bandwidth,
+               swing_latency, two_shot)

@@ -25,12 +25,9 @@ executor lands the ``N-1`` folds of the first step apart (``(N-1)/N * M``
 of temporary memory): for short and medium messages on a few ranks (a
 node), where one step beats many.
 
-One-shot (every rank receives every other rank's whole buffer and reduces
-all N itself, in one step) has no schedule here that gives every rank the
-same bits: a rank folds only what it receives, into what it holds, so its
-own buffer is the first operand of its sum, and for ``N >= 3`` no two ranks
-associate alike (it needs a local fold of received data, which steps of
-Send and Recv cannot express).
+For small messages the same libraries run one-shot (every rank receives
+every other rank's whole buffer and folds all N itself, in rank order):
+:mod:`pyar.algorithms.one_shot`.
 
 ::
 

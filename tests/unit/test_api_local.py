@@ -37,8 +37,9 @@ def test_out_contract():
     (lambda: pyar.allreduce(np.ones(3), op="xor"), ValueError, r"op must be one of \['sum'"),
     (lambda: pyar.allreduce(np.ones(3), op=MPI.BAND), ValueError, "op must be one of"),
     (lambda: pyar.allreduce(np.ones(3), algorithm="nope"), ValueError,
-     "registered: bine, binomial, double_binary_tree, hierarchical, knomial, naive, rabenseifner, "
-     "recexch, recursive_doubling, ring, segmented_ring, swing_bandwidth, swing_latency, two_shot, mpi"),
+     "registered: bine, binomial, double_binary_tree, hierarchical, knomial, naive, one_shot, "
+     "rabenseifner, recexch, recursive_doubling, ring, segmented_ring, swing_bandwidth, "
+     "swing_latency, two_shot, mpi"),
     (lambda: pyar.allreduce(np.ones(3, np.int32), op="avg"), TypeError, "avg.*floating"),
     (lambda: pyar.allreduce(np.ones(3, np.complex128)), TypeError,
      "expected one of: int8, .*, float16, bfloat16, float32, float64"),

@@ -125,7 +125,7 @@ def test_schedules_are_memoised_per_arguments():
 
 def test_algorithms_lists_the_builtins_and_mpi():
     assert pyar.algorithms() == ["bine", "binomial", "double_binary_tree", "hierarchical",
-                                 "knomial", "naive", "rabenseifner", "recexch",
+                                 "knomial", "naive", "one_shot", "rabenseifner", "recexch",
                                  "recursive_doubling", "ring", "segmented_ring", "swing_bandwidth",
                                  "swing_latency", "two_shot", "mpi"]
     assert pyar.algorithms("reduce_scatter") == ["bine", "pairwise", "pat", "recursive_halving",

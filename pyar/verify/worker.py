@@ -180,8 +180,8 @@ class Runner:
         collective = case["collective"]
         target = self.target(spec, collective)
         rank, size = comm.Get_rank(), comm.Get_size()
-        loose = nan == "mpi" and _loose_able(case)
         shared_result = collective == "allreduce"
+        loose = nan == "mpi" and _loose_able(case) and shared_result
         args = {"op": case["op"]} if record(collective).reduces else {}
         problems, digest = [], ""
         out_buffer = None
@@ -334,7 +334,8 @@ def reproduce(target: str, case: dict, load=(), nan: str = "propagate") -> int:
     runner = Runner()
     result = runner.run(target, case, nan)
     if runner.world.Get_rank() == 0:
-        print(f"pyar verify {target} on {runner.world.Get_size()} ranks: {result['verdict']}")
+        print(f"pyar verify --collective {case['collective']} {target} on "
+              f"{runner.world.Get_size()} ranks: {result['verdict']}")
         for p in result["problems"]:
             print("  " + p)
         sys.stdout.flush()

@@ -455,8 +455,8 @@ class Report:
     def text(self) -> str:
         ok = "FAILED" if self.failures else ("INCOMPLETE" if self.skipped else "PASSED")
         head = (f"# pyar verify --collective {self.collective}: {', '.join(self.targets)} on "
-                f"ranks {','.join(map(str, self.sizes))}, profile {self.profile}, --nan {self.nan}: "
-                f"{len(self.results)} cases in {self.seconds:.0f} s: {ok}")
+                f"ranks {','.join(map(str, self.sizes))}, profile {self.profile}, "
+                f"--nan {self.nan}: {len(self.results)} cases in {self.seconds:.0f} s: {ok}")
         parts = [head, self.table(), self.by_ranks()]
         for r in self.failures[:40]:
             parts.append(f"- {r['verdict']}: {r['target']} on {r['ranks']} ranks, {_brief(r['case'])}:"
@@ -477,9 +477,9 @@ class Report:
         return "\n".join(parts)
 
     def to_json(self) -> dict:
-        return {"collective": self.collective, "targets": self.targets, "ranks": self.sizes, "profile": self.profile,
-                "nan": self.nan, "time_limit": self.time_limit, "passed": bool(self),
-                "seconds": round(self.seconds, 1), "verdicts": self.verdicts(),
+        return {"collective": self.collective, "targets": self.targets, "ranks": self.sizes,
+                "profile": self.profile, "nan": self.nan, "time_limit": self.time_limit,
+                "passed": bool(self), "seconds": round(self.seconds, 1), "verdicts": self.verdicts(),
                 "not_run": self.skipped, "results": self.results}
 
 

@@ -186,12 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the file to write (default: $PYAR_TUNING_FILE, else "
                         "$XDG_CACHE_HOME/pyar/tuning-LIBRARY.json, LIBRARY the MPI library "
                         "and its version, e.g. tuning-mpich-5.0.2.json)")
-    from pyar.verify import driver as verify_defaults
+    from pyar.verify import cases as verify_cases, driver as verify_defaults
 
     d = verify_defaults
-    p = sub.add_parser("verify", help="check an allreduce (yours, pyar's, the MPI library's) "
-                                      "against an exact reference, over many MPI jobs",
-                       description=f"Check an allreduce against an exact reference, one MPI "
+    p = sub.add_parser("verify", help="check an allreduce, reduce_scatter or allgather (yours, "
+                                      "pyar's, the MPI library's) against an exact reference, "
+                                      "over many MPI jobs",
+                       description=f"Check an allreduce, a reduce_scatter or an allgather "
+                       f"against an exact reference, one MPI "
                        f"job per rank count. The defaults (--profile {d.PROFILE}, --ranks "
                        f"{d.RANKS}) take about 15 s for a target in Python or MPI, about 2 min "
                        f"for one of pyar's algorithms, on 2 cores; the full sweep is --profile "
@@ -199,7 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
                        f"'hangs', with the case. Exit status 0 only when every case ran and "
                        f"passed.")
     p.add_argument("target", nargs="+", help="module:function or path.py:function "
-                   "(allreduce(x, comm, op='sum', out=None)), pyar:ALGO, pyar:all, or mpi")
+                   "(allreduce(x, comm, op='sum', out=None), reduce_scatter: the same, "
+                   "allgather(x, comm, out=None)), pyar:ALGO, pyar:all (every algorithm of "
+                   "the collective), or mpi (the MPI library's)")
+    p.add_argument("--collective", default="allreduce", choices=list(verify_cases.COLLECTIVES),
+                   help="what the targets compute: allreduce (default), reduce_scatter (rank "
+                   "r's result: block r of the reduction, as numpy.array_split cuts x.ravel()) "
+                   "or allgather (every rank's x stacked, bit for bit)")
     p.add_argument("-N", "--ranks", default=d.RANKS,
                    help=f"rank counts, e.g. 1-8 or 2,3,5 (default {d.RANKS})")
     p.add_argument("--quick", action="store_true", help="the quick profile (--profile quick)")

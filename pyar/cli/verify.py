@@ -1,5 +1,5 @@
-"""``pyar verify TARGET ...``: check an allreduce against an exact reference over many MPI jobs
-(:mod:`pyar.verify.driver`)."""
+"""``pyar verify TARGET ...``: check an allreduce, reduce_scatter or allgather against an exact
+reference over many MPI jobs (:mod:`pyar.verify.driver`)."""
 
 from ..verify import driver
 

@@ -1,6 +1,6 @@
 """What a correct result is: references and tolerances, reusable by tests and by users; and
-``pyar verify``, the oracle for any allreduce (:func:`check`; a reproducer script calls
-:func:`pyar.verify.worker.reproduce`).
+``pyar verify``, the oracle for any allreduce, reduce_scatter or allgather (:func:`check`; a
+reproducer script calls :func:`pyar.verify.worker.reproduce`).
 
 ``pyar verify`` lives in :mod:`.cases` (what is swept), :mod:`.judge` (the exact reference
 and its error bounds), :mod:`.worker` (the MPI side: one case at a time, on a fresh

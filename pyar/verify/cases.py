@@ -2,9 +2,15 @@
 
 A case is plain data (it travels as JSON to the MPI job and into reproducers)::
 
-    {"dim": "counts", "count": 1025, "dtype": "float32", "op": "sum", "layout": "contiguous",
-     "mode": "new", "calls": 1, "interleave": False, "values": "sample", "seed": 0}
+    {"dim": "counts", "collective": "allreduce", "count": 1025, "dtype": "float32",
+     "op": "sum", "layout": "contiguous", "mode": "new", "calls": 1, "interleave": False,
+     "values": "sample", "seed": 0}
 
+``collective``: what the target computes (:data:`COLLECTIVES`); ``count``: the elements of
+each rank's x (reduce_scatter cuts x.ravel() into one block per rank as numpy.array_split
+does, so any count has a result: blocks of two sizes where the ranks do not divide it,
+empty ones below the rank count; allgather's result holds ``size * count``); ``op``: the
+reduction, and for allgather, which reduces nothing, only the pattern of the values;
 ``layout``: contiguous, 2d, 3d, offset (a view one element into a buffer), strided (every
 other element), transposed (a 2-D transpose); ``mode``: new (``out=None``), out (an ``out``
 array), inplace (``out=x``); ``calls``: calls in a row, each with fresh data (stale state);
@@ -13,6 +19,9 @@ in flight around each call; ``values``: see :func:`contribution`.
 
 Each dimension varies one of these from a base case (float32 sum of 1031 elements,
 contiguous, a new result, one call); the ``quick`` and ``smoke`` profiles take fewer values.
+Every collective gets the same sweep, less what it does not define (allgather has no in
+place form), and reduce_scatter's counts add multiples of the rank count (equal blocks, as
+MPI_Reduce_scatter_block's).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import numpy as np
 from ..core import ops
 from ..core.ops import Op
 
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
 DTYPES = [str(d) for d in ops.DTYPES]
 FLOATS = ["float16", "bfloat16", "float32", "float64"]
 OPS = [o.value for o in Op]
@@ -32,8 +42,9 @@ VALUES = ["sample", "random", "negative", "special", "overflow", "big", "halfmax
 DIMENSIONS = ["counts", "dtypes", "layouts", "modes", "repeat", "interleave", "values"]
 PROFILES = ("full", "quick", "smoke")
 THRESHOLDS = (64 << 10, 256 << 10, 1 << 20, 4 << 20)      # bytes: typical segment sizes
-BASE = {"count": 1031, "dtype": "float32", "op": "sum", "layout": "contiguous", "mode": "new",
-        "calls": 1, "interleave": False, "values": "sample", "seed": 0}
+BASE = {"collective": "allreduce", "count": 1031, "dtype": "float32", "op": "sum",
+        "layout": "contiguous", "mode": "new", "calls": 1, "interleave": False,
+        "values": "sample", "seed": 0}
 SMOKE_VALUES = [("special", "float32", "max"), ("special", "float32", "sum"),
                 ("special", "float16", "min"), ("overflow", "int8", "sum"),
                 ("overflow", "uint64", "prod"), ("big", "int64", "sum"),
@@ -83,9 +94,12 @@ def case(dim: str, **fields) -> dict:
 
 
 def valid(c: dict) -> bool:
-    """Whether a case asks something defined: avg on floats, each value kind on its dtypes."""
+    """Whether a case asks something defined: avg on floats, each value kind on its dtypes,
+    in place where the collective has that form."""
     floating, dtype, op = c["dtype"] in FLOATS, c["dtype"], c["op"]
     if op == "avg" and not floating:
+        return False
+    if c["collective"] == "allgather" and c["mode"] == "inplace":
         return False
     return {"sample": True, "random": op in ("sum", "avg") or floating,
             "negative": op == "prod" and not dtype.startswith("uint"),
@@ -95,9 +109,10 @@ def valid(c: dict) -> bool:
             "halfcancel": dtype in ("float16", "bfloat16") and op in ("sum", "avg")}[c["values"]]
 
 
-def counts(size: int, itemsize: int, profile: str) -> list[int]:
+def counts(size: int, itemsize: int, profile: str, collective: str = "allreduce") -> list[int]:
     """0, 1, N-1, N, N+1, primes, odd counts beside powers of two, and the counts of
-    :data:`THRESHOLDS` bytes (each -1, +0, +1)."""
+    :data:`THRESHOLDS` bytes (each -1, +0, +1); for reduce_scatter also N x 13 and N x 1031
+    (equal blocks of more than one element)."""
     if profile == "smoke":
         small = [0, 1, size + 1, 13]
         edges = [THRESHOLDS[0] // itemsize + 1]
@@ -108,11 +123,18 @@ def counts(size: int, itemsize: int, profile: str) -> list[int]:
         small = [0, 1, 2, 3, size - 1, size, size + 1, 2 * size + 1, 7, 13, 31, 127, 1021]
         small += [2 ** k + d for k in (4, 6, 8, 10, 12, 14) for d in (-1, 1)]
         edges = [t // itemsize + d for t in THRESHOLDS for d in (-1, 0, 1)]
+    if collective == "reduce_scatter":
+        small += [size * 13] + ([size * 1031] if profile != "smoke" else [])
     return sorted(set(c for c in small + edges if c >= 0))
 
 
-def sweep(size: int, profile: str = "full", dims=None) -> list[dict]:
-    """The cases of ``profile`` for ``size`` ranks, in the dimensions ``dims`` (default all)."""
+def sweep(size: int, profile: str = "full", dims=None,
+          collective: str = "allreduce") -> list[dict]:
+    """The cases of ``collective`` in ``profile`` for ``size`` ranks, in the dimensions ``dims``
+    (default all)."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got "
+                         f"{collective!r}")
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     dims = DIMENSIONS if dims is None else list(dims)
@@ -128,7 +150,8 @@ def sweep(size: int, profile: str = "full", dims=None) -> list[dict]:
                                                          if full else [])
         for dtype, op in kinds if not smoke else kinds[:1]:
             out += [case("counts", count=n, dtype=dtype, op=op)
-                    for n in counts(size, np.dtype(_dtype(dtype)).itemsize, profile)]
+                    for n in counts(size, np.dtype(_dtype(dtype)).itemsize, profile,
+                                    collective)]
     if "dtypes" in dims:
         chosen = OPS if not smoke else ["sum", "max"]
         out += [c for d in DTYPES for o in chosen
@@ -163,7 +186,7 @@ def sweep(size: int, profile: str = "full", dims=None) -> list[dict]:
                     if valid(c := case("values", values=v, dtype=d, op=o, seed=2))
                     and (full or d in ("int8", "uint64", "int64", "float16", "bfloat16",
                                        "float32", "float64"))]
-    return out
+    return [c for c in ({**c, "collective": collective} for c in out) if valid(c)]
 
 
 def _dtype(name: str) -> np.dtype:

@@ -232,12 +232,12 @@ def parse_ranks(text: str) -> list[int]:
     return sorted(out)
 
 
-def expand_targets(targets) -> list[str]:
-    """TARGETs with ``pyar:all`` as every registered allreduce algorithm."""
+def expand_targets(targets, collective: str = "allreduce") -> list[str]:
+    """TARGETs with ``pyar:all`` as every registered algorithm of ``collective``."""
     out = []
     for t in targets:
         if t == "pyar:all":
-            out += [f"pyar:{name}" for name in algorithms() if name != LIBRARY]
+            out += [f"pyar:{name}" for name in algorithms(collective) if name != LIBRARY]
         else:
             out.append(t)
     return out
@@ -245,10 +245,10 @@ def expand_targets(targets) -> list[str]:
 
 def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TIMEOUT,
           mpiexec=None, load=(), shrink=True, shrink_examples=40, confirm=True, log=None,
-          nan="propagate", time_limit=TIME_LIMIT) -> Report:
-    """Verify allreduce ``targets`` (TARGET strings, a callable of an importable module, or
-    a list of them) over ``ranks``; returns a :class:`Report` (true when every case ran and
-    passed).
+          nan="propagate", time_limit=TIME_LIMIT, collective="allreduce") -> Report:
+    """Verify ``targets`` of ``collective`` (:data:`pyar.verify.cases.COLLECTIVES`; TARGET
+    strings, a callable of an importable module, or a list of them) over ``ranks``; returns
+    a :class:`Report` (true when every case ran and passed).
 
     Every case runs in MPI jobs this function starts (``mpiexec``: a command line; default
     the embedded one), one rank count at a time; usable from a plain pytest (``assert
@@ -260,9 +260,12 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
     shrink one failure per target and kind of problem, trying at most ``shrink_examples``
     candidates; ``confirm``: rerun the smallest case in a fresh job.
     """
+    if collective not in C.COLLECTIVES:
+        raise ValueError(f"--collective must be one of {', '.join(C.COLLECTIVES)}, got "
+                         f"{collective!r}")
     if isinstance(targets, str) or callable(targets):
         targets = [targets]
-    targets = expand_targets(_spec(t) for t in targets)
+    targets = expand_targets((_spec(t) for t in targets), collective)
     sizes = ranks if isinstance(ranks, (list, tuple, range)) else parse_ranks(ranks)
     if nan not in judge.NAN_RULES:
         raise ValueError(f"--nan must be one of {', '.join(judge.NAN_RULES)}, got {nan!r}")
@@ -273,12 +276,12 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
         (list(mpiexec) if mpiexec else default_mpiexec())
     load = [os.path.abspath(s) if s.endswith((".py", ".xml")) else s for s in load or ()]
     jobs = Jobs(mpiexec, load)
-    report = Report(targets, list(sizes), profile, load, nan, time_limit)
+    report = Report(targets, list(sizes), profile, load, nan, time_limit, collective)
     started = time.monotonic()
     until = started + time_limit
     try:
         for size in sizes:
-            sweep = C.sweep(size, profile, dims)
+            sweep = C.sweep(size, profile, dims, collective)
             for target in targets:
                 _run_sweep(jobs[size], target, sweep, report, case_timeout, nan, until, log)
             jobs.stop(size)
@@ -336,9 +339,10 @@ class Report:
     """Every case's verdict, the cases not run, and a verdict per target and rank count;
     ``bool(report)`` is whether every case ran and passed."""
 
-    def __init__(self, targets, sizes, profile, load, nan="propagate", time_limit=None):
+    def __init__(self, targets, sizes, profile, load, nan="propagate", time_limit=None,
+                 collective="allreduce"):
         self.targets, self.sizes, self.profile, self.load = targets, sizes, profile, load
-        self.nan, self.time_limit = nan, time_limit
+        self.nan, self.time_limit, self.collective = nan, time_limit, collective
         self.results = []           # {"target", "ranks", "case", "verdict", "problems", ...}
         self.skipped = []           # {"target", "ranks", "cases", "why"}: cases not run
         self.seconds = 0.0
@@ -450,9 +454,9 @@ class Report:
 
     def text(self) -> str:
         ok = "FAILED" if self.failures else ("INCOMPLETE" if self.skipped else "PASSED")
-        head = (f"# pyar verify: {', '.join(self.targets)} on ranks "
-                f"{','.join(map(str, self.sizes))}, profile {self.profile}, --nan {self.nan}: "
-                f"{len(self.results)} cases in {self.seconds:.0f} s: {ok}")
+        head = (f"# pyar verify --collective {self.collective}: {', '.join(self.targets)} on "
+                f"ranks {','.join(map(str, self.sizes))}, profile {self.profile}, "
+                f"--nan {self.nan}: {len(self.results)} cases in {self.seconds:.0f} s: {ok}")
         parts = [head, self.table(), self.by_ranks()]
         for r in self.failures[:40]:
             parts.append(f"- {r['verdict']}: {r['target']} on {r['ranks']} ranks, {_brief(r['case'])}:"
@@ -473,9 +477,9 @@ class Report:
         return "\n".join(parts)
 
     def to_json(self) -> dict:
-        return {"targets": self.targets, "ranks": self.sizes, "profile": self.profile,
-                "nan": self.nan, "time_limit": self.time_limit, "passed": bool(self),
-                "seconds": round(self.seconds, 1), "verdicts": self.verdicts(),
+        return {"collective": self.collective, "targets": self.targets, "ranks": self.sizes,
+                "profile": self.profile, "nan": self.nan, "time_limit": self.time_limit,
+                "passed": bool(self), "seconds": round(self.seconds, 1), "verdicts": self.verdicts(),
                 "not_run": self.skipped, "results": self.results}
 
 
@@ -607,7 +611,8 @@ def command(args) -> int:
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else None
     report = check(args.target, ranks=args.ranks, profile=profile, dims=dims,
                    case_timeout=args.case_timeout, mpiexec=args.mpiexec, load=args.load,
-                   shrink=not args.no_shrink, log=log, nan=args.nan, time_limit=args.time_limit)
+                   shrink=not args.no_shrink, log=log, nan=args.nan, time_limit=args.time_limit,
+                   collective=args.collective)
     print(report.text(), flush=True)
     if args.json:
         with open(args.json, "w") as f:

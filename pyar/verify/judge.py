@@ -1,4 +1,8 @@
-"""What ``pyar verify`` accepts as an allreduce's result: an exact reference and rigorous bounds.
+"""What ``pyar verify`` accepts as a collective's result: an exact reference and rigorous bounds.
+
+An allreduce's elements are judged as below; a reduce_scatter's block, element by element,
+the same way (each block has one owner: no rule across ranks); an allgather's result must
+be every rank's x, concatenated in rank order, bit for bit (:func:`not_gathered`).
 
 - Integers: exact, wrapping as C's unsigned (and two's complement) arithmetic does; sum
   and prod wrap the same in any order, so there is one right answer.
@@ -126,6 +130,23 @@ def wrong(result: np.ndarray, inputs: list, op: str, dtype_name: str,
         ok_special = np.where(ieee_nan, np.isnan(r), r == ieee_inf)
         ok = np.where(special, ok_special, (close & np.isfinite(r)) | overflowed)
     return np.flatnonzero(~ok)
+
+
+def not_gathered(result: np.ndarray, inputs: list) -> np.ndarray:
+    """Flat indices where ``result`` (flat) does not hold the bits of ``inputs`` (flat arrays,
+    one per rank, of the result's dtype) concatenated in rank order."""
+    expected = np.concatenate(inputs) if inputs else result[:0]
+    bits = f"u{result.dtype.itemsize}"
+    return np.flatnonzero(result.view(bits) != expected.view(bits))
+
+
+def describe_gathered(result, inputs, bad, limit: int = 3) -> str:
+    """Which elements of a gathered ``result`` are wrong: the rank and element each should
+    hold, and what it holds."""
+    count = inputs[0].size
+    shown = [f"[{i}] got {_item(result[i])!r}, rank {i // count}'s element {i % count} is "
+             f"{_item(inputs[i // count][i % count])!r}" for i in bad[:limit]]
+    return f"{len(bad)} of {result.size} elements wrong: " + "; ".join(shown)
 
 
 def meets_nan(x: np.ndarray) -> np.ndarray:

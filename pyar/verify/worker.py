@@ -9,9 +9,18 @@ pyar.verify.worker [--load SPEC ...]``. Once every rank is up, rank 0 prints
 after a case that passed; state a target caches on it dies with it); the verdicts travel
 on another, so a broken target cannot disturb them.
 
-A target is ``allreduce(x, comm, op="sum", out=None) -> array`` (``comm`` an mpi4py
-communicator, ``op`` a name, ``out is x`` in place); it may raise NotImplementedError for
-a dtype or op it does not offer (the case is then skipped, not failed).
+A target is, by the case's collective (``comm`` an mpi4py communicator, ``op`` a name):
+
+- ``allreduce(x, comm, op="sum", out=None)``: an array of x's shape; ``out is x``: in place,
+  x holds the result;
+- ``reduce_scatter(x, comm, op="sum", out=None)``: this rank's block of the reduction of
+  ``x.ravel()`` (:func:`pyar.reduce_scatter`'s blocks, numpy.array_split's), 1-D;
+  ``out is x``: x is the target's to overwrite;
+- ``allgather(x, comm, out=None)``: every rank's x, stacked: shape ``(size, *x.shape)``.
+
+``out``, another array, is the result's shape and must hold it. A target may raise
+NotImplementedError for a dtype or op it does not offer (the case is then skipped, not
+failed).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from mpi4py import MPI
 
 import pyar
 from ..algorithms import check_name, msccl
+from ..collectives import block, collective as record
 from ..core import loader
 from ..runtime.baseline import typed
 from . import cases as C, judge
@@ -34,18 +44,21 @@ from . import cases as C, judge
 USER_WAIT = 10.0        # seconds the user's own messages may take to arrive after a call
 
 
-def resolve(spec: str):
-    """The callable a TARGET names: ``mpi``, ``pyar:ALGO`` or ``module:function`` /
-    ``path.py:function`` (through :mod:`pyar.core.loader`)."""
+def resolve(spec: str, collective: str = "allreduce"):
+    """The callable a TARGET names for ``collective``: ``mpi``, ``pyar:ALGO`` or
+    ``module:function`` / ``path.py:function`` (through :mod:`pyar.core.loader`)."""
     if spec == "mpi":
-        return mpi_allreduce
+        return MPI_TARGETS[collective]
     if spec.startswith("pyar:"):
         name = spec[5:]
         if name != "auto":
-            check_name(name)
+            check_name(name, collective)
+        call = getattr(pyar, collective)
+        if not record(collective).reduces:
+            return lambda x, comm, out=None: call(x, out=out, algorithm=name, comm=comm)
 
         def algorithm(x, comm, op="sum", out=None):
-            return pyar.allreduce(x, out=out, op=op, algorithm=name, comm=comm)
+            return call(x, out=out, op=op, algorithm=name, comm=comm)
         return algorithm
     if ":" not in spec:
         raise ValueError(f"target {spec!r}: expected mpi, pyar:ALGORITHM, module:function or "
@@ -59,13 +72,50 @@ def resolve(spec: str):
 def mpi_allreduce(x, comm, op="sum", out=None):
     """The MPI library's own MPI_Allreduce as a target (avg: MPI_SUM, then a division).
     MPI has no float16 or bfloat16: NotImplementedError for those."""
+    send, reduction = _reducing(x, op)
+    result = np.empty_like(send)
+    comm.Allreduce(typed(send), typed(result), reduction)
+    return _deliver(result, op, comm, out)
+
+
+def mpi_reduce_scatter(x, comm, op="sum", out=None):
+    """The MPI library's own MPI_Reduce_scatter_block as a target where the ranks divide x's
+    count, MPI_Reduce_scatter with pyar's block counts where they do not (avg: MPI_SUM, then
+    a division). MPI has no float16 or bfloat16: NotImplementedError for those."""
+    send, reduction = _reducing(x, op)
+    send, size = send.reshape(-1), comm.Get_size()
+    counts = [b.stop - b.start for b in (block(send.size, size, r) for r in range(size))]
+    result = np.empty(counts[comm.Get_rank()], send.dtype)
+    if send.size % size == 0:
+        comm.Reduce_scatter_block(typed(send), typed(result), reduction)
+    else:
+        comm.Reduce_scatter(typed(send), typed(result), counts, reduction)
+    return _deliver(result, op, comm, None if out is x else out)
+
+
+def mpi_allgather(x, comm, out=None):
+    """The MPI library's own MPI_Allgather as a target (as bytes: every dtype)."""
+    send = np.ascontiguousarray(x)
+    result = np.empty((comm.Get_size(), *send.shape), send.dtype)
+    comm.Allgather(send.reshape(-1).view(np.uint8), result.reshape(-1).view(np.uint8))
+    return _deliver(result, None, comm, out)
+
+
+MPI_TARGETS = {"allreduce": mpi_allreduce, "reduce_scatter": mpi_reduce_scatter,
+               "allgather": mpi_allgather}
+
+
+def _reducing(x, op):
+    """x as a contiguous send buffer, and the MPI reduction of ``op``."""
     if x.dtype.itemsize == 2 and x.dtype.kind in "fV":
         raise NotImplementedError("MPI has no float16 or bfloat16")
     reduction = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX,
                  "min": MPI.MIN}[op]
-    send = np.ascontiguousarray(x)
-    result = np.empty_like(send)
-    comm.Allreduce(typed(send), typed(result), reduction)
+    return np.ascontiguousarray(x), reduction
+
+
+def _deliver(result, op, comm, out):
+    """The library's ``result`` (divided by the rank count for avg), in ``out`` if given."""
     if op == "avg":
         result /= comm.Get_size()
     if out is None:
@@ -82,17 +132,17 @@ class Runner:
         self.verdicts = self.world.Dup()        # ours alone
         self.targets = {}
 
-    def target(self, spec):
-        if spec not in self.targets:
-            self.targets[spec] = resolve(spec)
-        return self.targets[spec]
+    def target(self, spec, collective):
+        if (spec, collective) not in self.targets:
+            self.targets[spec, collective] = resolve(spec, collective)
+        return self.targets[spec, collective]
 
     def run(self, spec: str, case: dict, nan: str = "propagate") -> dict:
         """Run ``case`` on every rank, judging float max/min by rule ``nan``; every rank
         returns the same verdict."""
         start = time.perf_counter()
         try:
-            self.target(spec)
+            self.target(spec, case["collective"])
         except Exception as e:          # the same on every rank: no case can run
             return {"verdict": "error", "problems": [f"target {spec}: {_one_line(e)}"],
                     "seconds": 0}
@@ -121,28 +171,35 @@ class Runner:
 
     def _calls(self, spec, case, comm, nan):
         """Every call of ``case``: the problems seen here, a digest of the results (the bits
-        every rank must share) and whether the target declined the case. Rank 0 judges the
-        values; under ``nan="mpi"`` on float max/min every rank judges its own, and the digest
-        leaves out the elements where ranks may differ."""
-        target = self.target(spec)
+        every rank must share: allreduce's) and whether the target declined the case.
+
+        allreduce: rank 0 judges the values; under ``nan="mpi"`` on float max/min every
+        rank judges its own, and the digest leaves out the elements where ranks may differ.
+        reduce_scatter: every rank judges its block, by the bounds of allreduce's elements.
+        allgather: every rank judges its result, bit for bit."""
+        collective = case["collective"]
+        target = self.target(spec, collective)
         rank, size = comm.Get_rank(), comm.Get_size()
-        loose = nan == "mpi" and _loose_able(case)
+        shared_result = collective == "allreduce"
+        loose = nan == "mpi" and _loose_able(case) and shared_result
+        args = {"op": case["op"]} if record(collective).reduces else {}
         problems, digest = [], ""
         out_buffer = None
         for call in range(case["calls"]):
             mine = C.contribution(case, rank, call)
             x, base = C.arrays(case, mine)
             pristine = base.copy()
+            shape = record(collective).result_shape(x.shape, size, rank)
             out = None
             if case["mode"] == "inplace":
                 out = x
             elif case["mode"] == "out":
                 if out_buffer is None:
-                    out_buffer = np.full(x.shape, 3, x.dtype)
+                    out_buffer = np.full(shape, 3, x.dtype)
                 out = out_buffer
             pending = _user_sends(comm, call) if case["interleave"] else None
             try:
-                result = target(x, comm, op=case["op"], out=out)
+                result = target(x, comm, out=out, **args)
             except NotImplementedError:
                 if pending:
                     _finish_user(comm, pending, call)
@@ -155,31 +212,42 @@ class Runner:
             if not isinstance(result, np.ndarray):
                 problems.append(f"{where}: returned {type(result).__name__}, not a numpy array")
                 continue                        # every rank makes every call: none is left
-            if result.dtype != x.dtype or result.shape != x.shape:    # waiting in one
+            if result.dtype != x.dtype or result.shape != shape:    # waiting in one
                 problems.append(f"{where}: returned {result.dtype} {result.shape}, expected "
-                                f"{x.dtype} {x.shape}")
+                                f"{x.dtype} {shape}")
                 continue
-            if case["mode"] == "inplace" and not _same_bits(x, result):
+            if case["mode"] == "inplace" and shared_result and not _same_bits(x, result):
                 problems.append(f"{where}: in place (out=x), but x does not hold the result")
             if case["mode"] == "out" and not _same_bits(out, result):
                 problems.append(f"{where}: out= given, but out does not hold the result")
             if case["mode"] != "inplace" and not _same_bits(base, pristine):
                 problems.append(f"{where}: x was modified (not in place)")
             flat = np.ascontiguousarray(result).reshape(-1)
+            inputs = [C.contribution(case, r, call) for r in range(size)] \
+                if rank == 0 or loose or not shared_result else None
+            if collective == "allgather":
+                bad = judge.not_gathered(flat, inputs)
+                if bad.size:
+                    problems.append(f"{where}: " + judge.describe_gathered(flat, inputs, bad))
+                continue
+            if collective == "reduce_scatter":
+                owned = block(case["count"], size, rank)
+                inputs = [contribution[owned] for contribution in inputs]
+                where += f" (its block: elements {owned.start}-{owned.stop - 1} of the reduction)"
             shared = flat
-            if rank == 0 or loose:
-                inputs = [C.contribution(case, r, call) for r in range(size)]
+            if inputs is not None:
                 bad = judge.wrong(flat, inputs, case["op"], case["dtype"], nan)
                 if bad.size:
                     rule = judge.broken_rule(flat, inputs, bad, case["op"], case["dtype"], nan)
-                    problems.append(f"{where if loose else f'call {call}'}: "
+                    problems.append(f"{where if loose or not shared_result else f'call {call}'}: "
                                     + judge.describe(flat, inputs, bad)
                                     + (f" [{rule}]" if rule else ""))
                 if loose:
                     x = np.stack(inputs).astype(np.float64)
                     shared = flat.copy()
                     shared[judge.meets_nan(x) | (flat == 0)] = 0
-            digest = hashlib.sha1(shared.view(np.uint8)).hexdigest() + digest
+            if shared_result:
+                digest = hashlib.sha1(shared.view(np.uint8)).hexdigest() + digest
         return problems, digest, False
 
     def _allgather(self, mine: dict) -> list:
@@ -266,7 +334,8 @@ def reproduce(target: str, case: dict, load=(), nan: str = "propagate") -> int:
     runner = Runner()
     result = runner.run(target, case, nan)
     if runner.world.Get_rank() == 0:
-        print(f"pyar verify {target} on {runner.world.Get_size()} ranks: {result['verdict']}")
+        print(f"pyar verify --collective {case['collective']} {target} on "
+              f"{runner.world.Get_size()} ranks: {result['verdict']}")
         for p in result["problems"]:
             print("  " + p)
         sys.stdout.flush()

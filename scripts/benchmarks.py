@@ -8,7 +8,8 @@ python: MPICH's ``.venv``, Open MPI's ``.venv-openmpi``):
   timed in the same run, in batches taking turns, out of place and in place;
 - ``pyar overlap`` (under the first library): a training step's bucket allreduces behind
   compute, blocking, nonblocking and with a progress thread;
-- the simulator at scale: ``pyar sim`` at 1,024 ranks with data, 16,384 without.
+- the simulator at scale: ``pyar sim`` at 1,024 ranks with data (the classics, and the
+  algorithms of the last few years: :data:`RECENT`), 16,384 without.
 
 and writes ``run.json`` (with the machine, the libraries and their versions, the commit
 and the date), the bench JSON and plots, into ``--out``. ``write`` turns that directory
@@ -37,6 +38,20 @@ LAUNCH = ROOT / "pyar" / "runtime" / "launch.py"
 HISTORY = ("<!-- history: one row per milestone and library; scripts/benchmarks.py keeps "
            "these rows -->")
 END = "<!-- end of history -->"
+
+
+# The algorithms of the last few years, simulated at 1,024 ranks beside the classics:
+# (collective, algorithms, --count). Bandwidth algorithms allreduce 256 KiB a rank; latency
+# algorithms (every rank sends the whole vector each step; one-shot's scratch is N-1 vectors)
+# and the blocked collectives 64 elements (a block's, where the collective has blocks).
+RECENT = [
+    ("allreduce", "swing_bandwidth,bine,two_shot", 65536),
+    ("allreduce", "swing_latency,one_shot,recexch,recexch:k=8,knomial:k=4", 64),
+    ("reduce_scatter", "pat,bine", 64),
+    ("allgather", "pat,bine", 64),
+    ("bcast", "bine,knomial:k=4", 64),
+    ("reduce", "bine,knomial:k=4", 64),
+]
 
 
 def sh(command: list[str], timeout: int) -> str:
@@ -104,6 +119,8 @@ def run(args) -> None:
     sims = [["-a", "ring,rabenseifner", "-N", "64", "--count", "1024"],
             ["-a", "rabenseifner", "-N", "1024", "--count", "1024", "--no-data"]] if quick else \
         [["-a", "ring,rabenseifner,double_binary_tree", "-N", "1024", "--count", "65536"],
+         *(["--collective", c, "-a", names, "-N", "1024", "--count", str(count)]
+           for c, names, count in RECENT),
          ["-a", "rabenseifner,double_binary_tree", "-N", "16384", "--count", "1024",
           "--no-data"]]
     report["sim"] = [{"command": "pyar sim " + " ".join(s),

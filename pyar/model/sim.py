@@ -277,7 +277,6 @@ class _Run:
         self.round = np.zeros(table.rank.size, np.int64)
         self.round[folds] = np.arange(folds.size) - np.repeat(
             run_start, np.diff(np.append(run_start, folds.size)))
-        self.rounds = int(self.round.max(initial=0)) + 1
         self.kept = {}          # send row -> (array, place) of a message read before it lands
         self.is_kept = np.zeros(table.rank.size, bool)
         self.delivered = np.zeros(table.rank.size, bool)
@@ -432,10 +431,9 @@ class _Run:
             return
         folds = np.flatnonzero(fold)
         nth = self.round[recvs[folds]]
-        for k in range(self.rounds):
-            pick = folds[nth == k]
-            if not pick.size:
-                continue
+        order = np.argsort(nth, kind="stable")              # grouped by round in one sort
+        nth = nth[order]
+        for pick in np.split(folds[order], np.searchsorted(nth, np.arange(1, nth[-1] + 1))):
             n = lengths[pick]
             mine = np.empty(int(n.sum()), memory.dtype)
             where = np.cumsum(n) - n

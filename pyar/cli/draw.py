@@ -60,7 +60,8 @@ MAX_RANKS = 62          # contributions are bits of an int64
 def timeline(schedule):
     """``(columns, states, sent)``: per column (1-based) its transfers ``(src, dst, chunk,
     reduce)``; per column (0 = the start) each rank's ``{"data", "scratch"}`` contribution
-    masks; per rank the elements it sends."""
+    masks; per rank the elements it sends to other ranks (a message to itself is a local
+    copy, no traffic, as the simulator counts it)."""
     size, count = schedule.size, schedule.count
     if size > MAX_RANKS:
         raise ValueError(f"the table and the picture of arrows follow contributions as bits: "
@@ -85,7 +86,8 @@ def timeline(schedule):
                 if type(op) is Send:
                     c = op.chunk
                     mail[key] = masks[r][c.buffer][c.lo:c.hi].copy()
-                    sent[r] += c.hi - c.lo
+                    if op.peer != r:
+                        sent[r] += c.hi - c.lo
 
     for r in range(size):
         begin(r, 0)

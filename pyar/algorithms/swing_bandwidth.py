@@ -20,9 +20,18 @@ Steps: ``2 log2 P`` (+2 on the ``2E`` folded ranks). Bytes sent per rank:
 ``2(P-1)/P * M`` (+ ``M`` on folded ranks). Cost:
 ``2 log2 N * alpha + 2(N-1)/N*M*beta + (N-1)/N*M*gamma`` for a power of two
 (+ ``2 alpha + 2M beta + M gamma`` otherwise): Rabenseifner's;
-:mod:`pyar.cost` has no link distances, so it predicts no gain.
-Limits: any ``N >= 1``; one dimension (pyar's topology has nodes, not torus
-dimensions, so the paper's multi-dimensional variant is not built).
+this closed form (``auto``'s) has no links, so it predicts no gain; on a machine
+with a network :func:`pyar.model.cost.predict` charges the most loaded link.
+Parameters: ``dims`` (``8x8``, ``4x4x4``: the torus the ranks sit on, dimension 0
+fastest, each a power of two, their product ``N``; default one dimension of all
+ranks) takes the steps along the torus's dimensions in turn (``_swing``), so a
+peer is near along one dimension; ``ports`` (1 to ``2D``, default 1) runs that
+many collectives side by side on as many slices of the vector, port p starting
+at dimension ``p mod D``, mirrored for ``p >= D``: the paper's multi-port Swing,
+one link of a rank per port in every step. Limits: any ``N >= 1`` in one
+dimension (a power of two with ``dims``); the model serves a step's ``ports``
+messages one after another on a rank's one port, so it charges multi-port Swing
+more, not less, though its most loaded link carries less (docs/algorithms.md).
 
 ::
 
@@ -33,20 +42,20 @@ dimensions, so the paper's multi-dimensional variant is not built).
     step 2: 0◄►3 2◄►5 ... 1 block               step 5: 0◄►1 2◄►3 ... 4 blocks
 """
 
-from ..core.schedule import Chunk, Recv, Send, bounds
+from ..core.schedule import Chunk, Recv, Send, bounds, split
 from . import _terms, register_algorithm
 from ._pof2 import around
-from ._swing import fold, group, layout, peer
+from ._swing import fold, group, layout, peer, torus
 
 
-def _halves(v, pof2, edges):
-    """Per step: (peer, the range v keeps, the range it hands over) as data chunks."""
-    lay = layout(pof2)
+def _halves(v, shape, port, edges):
+    """Per step of ``port``: (peer, the range v keeps, the range it hands over) as chunks."""
+    lay = layout(shape, port)
     key = lay.key
     for s in range(lay.steps):
-        other = peer(v, s, pof2)
-        keep, give = group(int(key[v]), s + 1, lay.steps), group(int(key[other]), s + 1,
-                                                                 lay.steps)
+        other = peer(v, s, shape, port)
+        keep, give = (group(int(key[v]), s + 1, lay.steps),
+                      group(int(key[other]), s + 1, lay.steps))
         yield (other, Chunk("data", edges[keep[0]], edges[keep[1]]),
                Chunk("data", edges[give[0]], edges[give[1]]))
 
@@ -54,16 +63,20 @@ def _halves(v, pof2, edges):
 @register_algorithm("swing_bandwidth",
                     cost=lambda n, count, m, topology: _terms.fold(n, m, lambda p, k: _terms.Terms(
                         2 * k, 2 * (p - 1) / p * m, (p - 1) / p * m, 2 * k)))
-def swing_bandwidth(rank, size, count, topology=None):
+def swing_bandwidth(rank, size, count, topology=None, *, dims="", ports=1):
+    shape = torus(dims, size, ports)
     if size == 1 or count == 0:
         return []
-    everything = Chunk("data", 0, count)
-    f = fold(rank, size, everything)
+    f = fold(rank, size, Chunk("data", 0, count))
 
     def phases():
-        halves = list(_halves(f.newrank, f.pof2, bounds(count, f.pof2)))
-        yield from ([Send(other, give), Recv(other, keep, reduce=True)]     # reduce-scatter
-                    for other, keep, give in halves)
-        yield from ([Send(other, keep), Recv(other, give)]                  # allgather
-                    for other, keep, give in reversed(halves))
+        ports_halves = [list(_halves(f.newrank, shape, port, bounds(hi - lo, f.pof2, lo)))
+                        for port, (lo, hi) in enumerate(split(count, ports))]
+        steps = list(zip(*ports_halves))            # per step, every port's (peer, keep, give)
+        yield from ([op for other, keep, give in step                     # reduce-scatter
+                     for op in (Send(other, give), Recv(other, keep, reduce=True))]
+                    for step in steps)
+        yield from ([op for other, keep, give in step                     # allgather
+                     for op in (Send(other, keep), Recv(other, give))]
+                    for step in reversed(steps))
     return around(f, phases)

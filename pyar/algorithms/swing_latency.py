@@ -17,9 +17,18 @@ and gets the result back.
 Steps: ``log2 P`` (+2 on the ``2E`` folded ranks). Bytes sent per rank:
 ``log2(P) * M`` (+ ``M``). Cost: ``log2 N * (alpha + M*beta + M*gamma)`` for a
 power of two, plus ``2 alpha + 2M beta + M gamma`` otherwise: recursive
-doubling's; :mod:`pyar.cost` has no link distances, so it predicts no gain.
-Limits: any ``N >= 1``; one dimension (pyar's topology has nodes, not torus
-dimensions, so the paper's multi-dimensional variant is not built).
+doubling's; this closed form (``auto``'s) has no links, so it predicts no gain; on a machine
+with a network :func:`pyar.model.cost.predict` charges the most loaded link.
+Parameters: ``dims`` (``8x8``, ``4x4x4``: the torus the ranks sit on, dimension 0
+fastest, each a power of two, their product ``N``; default one dimension of all
+ranks) takes the steps along the torus's dimensions in turn (``_swing``), so a
+peer is near along one dimension; ``ports`` (1 to ``2D``, default 1) runs that
+many collectives side by side on as many slices of the vector, port p starting
+at dimension ``p mod D``, mirrored for ``p >= D``: the paper's multi-port Swing,
+one link of a rank per port in every step. Limits: any ``N >= 1`` in one
+dimension (a power of two with ``dims``); the model serves a step's ``ports``
+messages one after another on a rank's one port, so it charges multi-port Swing
+more, not less, though its most loaded link carries less (docs/algorithms.md).
 
 ::
 
@@ -29,23 +38,25 @@ dimensions, so the paper's multi-dimensional variant is not built).
     step 2 (rho(0) = 1):   0◄►1  2◄►3  4◄►5  6◄►7
 """
 
-from ..core.schedule import Chunk, Recv, Send
+from ..core.schedule import Chunk, Recv, Send, split
 from . import _terms, register_algorithm
 from ._pof2 import around
-from ._swing import fold, peer
+from ._swing import fold, peer, steps, torus
 
 
 @register_algorithm("swing_latency",
                     cost=lambda n, count, m, topology: _terms.fold(
                         n, m, lambda p, k: _terms.Terms(k, k * m, k * m, k)))
-def swing_latency(rank, size, count, topology=None):
+def swing_latency(rank, size, count, topology=None, *, dims="", ports=1):
+    shape = torus(dims, size, ports)
     if size == 1 or count == 0:
         return []
-    everything = Chunk("data", 0, count)
-    f = fold(rank, size, everything)
+    f = fold(rank, size, Chunk("data", 0, count))
+    slices = [Chunk("data", lo, hi) for lo, hi in split(count, ports)]
 
     def exchanges():            # the farthest peer first (see the module docstring)
-        for s in reversed(range(f.pof2.bit_length() - 1)):
-            other = peer(f.newrank, s, f.pof2)
-            yield [Send(other, everything), Recv(other, everything, reduce=True)]
+        for s in reversed(range(len(steps(shape)))):
+            yield [op for port, part in enumerate(slices)
+                   for other in (peer(f.newrank, s, shape, port),)
+                   for op in (Send(other, part), Recv(other, part, reduce=True))]
     return around(f, exchanges)

@@ -16,7 +16,8 @@ from pyar.runtime.plan import RESIDENT_BYTES
 from checks import agree, check_against_mpi, dtype_op_grid, library_may_differ
 
 # the registry's names, and parameterized ones (name:key=value) through the same paths
-ALGORITHMS = pyar.algorithms() + ["knomial:k=3", "recexch:k=3", "segmented_ring:segment=100"]
+ALGORITHMS = pyar.algorithms() + ["knomial:k=3", "recexch:k=3", "segmented_ring:segment=100",
+                                   "swing_bandwidth:ports=2", "swing_latency:ports=2"]
 
 
 def ops_for(dtype):
@@ -397,6 +398,25 @@ def test_custom_registered_algorithm(comm):
                              for r in range(comm.size)])
         agree(comm, np.array_equal(sim.outputs[comm.rank], result),
               "the simulator and MPI disagree")
+
+
+@pytest.mark.parametrize("name", ["swing_bandwidth", "swing_latency"])
+def test_swing_on_a_torus_of_the_communicators_ranks(comm, name):
+    """Swing along a 2-D torus's dimensions, on one and on every port, where the rank count
+    makes one (4: 2x2, 8: 4x2, 16: 4x4, ...): MPI's integer sum, and float32 sums with the
+    same bits on every rank."""
+    if comm.size < 4 or comm.size & (comm.size - 1):
+        pytest.skip("a 2-D torus of powers of two needs a power of two >= 4 ranks")
+    side = 1 << (comm.size.bit_length() - 1) // 2
+    for algorithm in (f"{name}:dims={comm.size // side}x{side}",
+                      f"{name}:dims={comm.size // side}x{side},ports=4"):
+        for count in (1, 37, 5000):
+            x = sample(comm.rank, count, np.int64, "sum", seed=count)
+            result = pyar.allreduce(x, algorithm=algorithm)
+            check_against_mpi(comm, result, x, "sum", f"{algorithm} count={count}")
+            y = sample(comm.rank, count, np.float32, "sum", seed=count)
+            check_against_mpi(comm, pyar.allreduce(y, algorithm=algorithm), y, "sum",
+                              f"{algorithm} float32 count={count}")
 
 
 def test_mpi_ops_and_op_enum_are_accepted(comm):

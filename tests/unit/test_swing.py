@@ -9,6 +9,7 @@ import pytest
 import pyar
 from pyar.algorithms import _swing
 from pyar.core.schedule import Chunk, Recv, Send, compact
+from pyar.model.network import torus
 
 NAMES = ["swing_latency", "swing_bandwidth"]
 
@@ -107,3 +108,107 @@ def test_farthest_first_is_what_gives_every_rank_the_same_bits(scratch_registry)
     assert len({o.tobytes() for o in paper}) > 1
     assert len({o.tobytes() for o in ours}) == 1
     assert np.allclose(paper[0], ours[0], rtol=1e-9, atol=1e-6)
+
+
+# --- multi-dimensional tori and ports ------------------------------------------------------
+
+TORI = [(4, 4), (8, 4), (2, 2, 4), (8, 8), (4, 2, 8)]
+
+
+def coordinates(dims):
+    """``[rank, d]``: rank coordinates with dimension 0 fastest (as the network's torus)."""
+    r = np.arange(math.prod(dims))
+    return np.stack([r // math.prod(dims[:d]) % k for d, k in enumerate(dims)], axis=1)
+
+
+@pytest.mark.parametrize("dims", TORI)
+def test_on_a_torus_each_step_moves_one_coordinate_by_rho(dims):
+    at = coordinates(dims)
+    for port in range(2 * len(dims)):
+        order = _swing.steps(dims, port)
+        assert order[0][0] == port % len(dims)                    # a port's first dimension
+        assert sorted(order) == sorted((d, j) for d, k in enumerate(dims)
+                                       for j in range(k.bit_length() - 1))
+        for s, (d, j) in enumerate(order):
+            got = _swing.peers(s, dims, port)
+            assert (got[got] == np.arange(got.size)).all()        # a pairing
+            moved = at[got] != at
+            assert not np.delete(moved, d, axis=1).any()          # only dimension d changes
+            shift = (at[got, d] - at[:, d]) % dims[d]
+            sign = np.where(at[:, d] % 2 == 0, 1, -1) * (-1 if port >= len(dims) else 1)
+            assert (shift == (sign * _swing.rho(j)) % dims[d]).all(), (port, s)
+
+
+@pytest.mark.parametrize("dims", TORI)
+def test_the_torus_layout_makes_every_butterfly_group_a_range(dims):
+    size = math.prod(dims)
+    for port in range(2 * len(dims)):
+        lay = _swing.layout(dims, port)
+        groups = [frozenset([r]) for r in range(size)]
+        for s in range(lay.steps - 1, -1, -1):
+            peer = _swing.peers(s, dims, port)
+            groups = [groups[r] | groups[peer[r]] for r in range(size)]
+            for r in range(size):
+                lo, hi = _swing.group(int(lay.key[r]), s, lay.steps)
+                assert sorted(lay.key[list(groups[r])].tolist()) == list(range(lo, hi))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("params,size", [("dims=4x4", 16), ("dims=4x4,ports=4", 16),
+                                         ("dims=8x4,ports=3", 32), ("dims=2x2x4,ports=6", 16),
+                                         ("dims=16", 16), ("ports=2", 13), ("ports=2", 2)])
+@pytest.mark.parametrize("count", [0, 1, 5, 1000])
+def test_torus_and_ports_sum_exactly_and_every_rank_has_the_same_bits(name, params, size,
+                                                                       count):
+    algo = f"{name}:{params}"
+    exact = inputs(size, count)
+    out = pyar.simulate(pyar.schedule(algo, size, count), exact).outputs
+    assert all(np.array_equal(o, np.sum(exact, axis=0)) for o in out)
+    rng = np.random.default_rng(count)
+    floats = [rng.standard_normal(count).astype(np.float32) for _ in range(size)]
+    out = pyar.simulate(pyar.schedule(algo, size, count), floats).outputs
+    assert all(o.tobytes() == out[0].tobytes() for o in out)
+    np.testing.assert_allclose(out[0], np.sum(floats, axis=0, dtype=np.float64), atol=1e-4)
+
+
+def test_ports_split_the_vector_and_every_step_uses_every_port():
+    """The paper's multi-port Swing: 2D collectives on 2D slices, one link each."""
+    sched = pyar.schedule("swing_bandwidth:dims=4x4,ports=4", 16, 64 * 16)
+    one = pyar.schedule("swing_bandwidth:dims=4x4", 16, 64 * 16)
+    for r in range(16):
+        steps, single = sched.steps(r), one.steps(r)
+        assert len(steps) == len(single) == 8
+        for step, alone in zip(steps, single):
+            assert len(step.sends) == 4 and len(alone.sends) == 1
+            assert sum(op.chunk.count for op in step.sends) == alone.sends[0].chunk.count
+            assert len({op.peer for op in step.sends}) == 4           # four distinct links
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_on_the_8x8_torus_the_2d_forms_load_the_busiest_link_less(name):
+    """The paper's point, on the simulator's routes: Swing along the torus's dimensions puts
+    fewer bytes on its most loaded link than 1-D Swing and than recursive halving-doubling;
+    on four ports, fewer again than on one."""
+    network = torus([8, 8], link_bw=50)
+    base = {"swing_bandwidth": "rabenseifner", "swing_latency": "recursive_doubling"}[name]
+
+    def link_max(algo):
+        built = pyar.schedule(algo, 64, 1 << 16)
+        loads = pyar.simulate(built, "float32", data=False, network=network).traffic
+        return int(loads.link_bytes.max())
+    flat, two, four = (link_max(f"{name}{p}") for p in ("", ":dims=8x8", ":dims=8x8,ports=4"))
+    assert two < flat and two < link_max(base)
+    assert four < two
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("params,size,why", [
+    ("dims=8x6", 48, "dims must be powers of two >= 2 joined by 'x'"),
+    ("dims=8x", 64, "dims must be powers of two"),
+    ("dims=8x8", 32, "dims 8x8 is a torus of 64 ranks, not 32"),
+    ("ports=3", 8, r"ports must be 1 to 2 \(twice the torus's dimensions\), got 3"),
+    ("dims=4x4,ports=5", 16, "ports must be 1 to 4"),
+    ("ports=0", 8, "ports must be 1 to 2")])
+def test_bad_tori_and_ports_are_clear_errors(name, params, size, why):
+    with pytest.raises(ValueError, match=why):
+        pyar.schedule(f"{name}:{params}", size, 100).steps(0)

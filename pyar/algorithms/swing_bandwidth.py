@@ -28,10 +28,9 @@ ranks) takes the steps along the torus's dimensions in turn (``_swing``), so a
 peer is near along one dimension; ``ports`` (1 to ``2D``, default 1) runs that
 many collectives side by side on as many slices of the vector, port p starting
 at dimension ``p mod D``, mirrored for ``p >= D``: the paper's multi-port Swing,
-one link of a rank per port in every step. Limits: any ``N >= 1`` in one
-dimension (a power of two with ``dims``); the model serves a step's ``ports``
-messages one after another on a rank's one port, so it charges multi-port Swing
-more, not less, though its most loaded link carries less (docs/algorithms.md).
+one link of a rank per port in every step (the cost model serves them at once on
+a machine whose ranks have as many ports: ``"ports"`` in its machine file).
+Limits: any ``N >= 1`` in one dimension; with ``dims``, their product.
 
 ::
 

@@ -14,12 +14,14 @@ The model is a discrete-event timeline over the steps of all ranks:
 - Messages match as in the simulator: the k-th send from ``src`` to ``dst``
   meets the k-th receive ``dst`` posts from ``src`` (FIFO per ordered pair).
   A message is ready once both ends have posted it (sends rendezvous).
-- Every rank has one send port and one receive port (full duplex: a rank
-  sends and receives at once, as in an exchange). A message occupies the
-  sender's send port and the receiver's receive port for ``alpha + b*beta``,
-  starting when it is ready and both ports are free; ports serve messages in
-  the order they became ready. So naive's root receives its ``N-1`` messages
-  one after another.
+- Every rank has ``ports`` send ports and as many receive ports (full duplex:
+  a rank sends and receives at once, as in an exchange; ``Params.ports``,
+  default 1). A message occupies a send port of the sender and a receive port
+  of the receiver, those that free first, for ``alpha + b*beta``, starting when
+  it is ready and both are free; ports serve messages in the order they became
+  ready. So on one port naive's root receives its ``N-1`` messages one after
+  another; on ``k`` (a multi-port NIC, a torus router's ``2D`` links) ``k`` at
+  a time.
 - A step ends when its last message has been delivered, plus ``b*gamma`` for
   each receive that folds (the folds run one after another at the end of the
   step, as the runtime does them).
@@ -109,7 +111,8 @@ class Params(NamedTuple):
     one's rendezvous adds; the largest buffer (bytes) whose steps cost no ``delta``.
     ``alpha_inter`` and ``beta_inter``: per message and per byte between ranks on
     different nodes of a topology (None: as within a node). ``network``: the links every
-    message is routed over (see the module docstring; None: ports only)."""
+    message is routed over (see the module docstring; None: ports only). ``ports``: the
+    messages a rank sends, and receives, at once, each at ``beta``."""
 
     alpha: float
     beta: float
@@ -121,6 +124,7 @@ class Params(NamedTuple):
     alpha_inter: float | None = None
     beta_inter: float | None = None
     network: object = None      # a pyar.model.network.Network, or None (no links modelled)
+    ports: int = 1
 
     def gamma_of(self, dtype) -> float:
         """Seconds per byte folded for ``dtype``; for a dtype not measured, the slowest one's."""
@@ -196,12 +200,12 @@ def estimate(collective: str, algorithm: str, size: int, count: int, dtype, para
     """The predicted time of ``algorithm`` and where it came from: ``"formula"`` or ``"schedule"``.
 
     Uses the closed form when there is one (unless ``exact``, or ``params``
-    has two link classes and ``topology`` several nodes, or a network: closed forms
-    count messages, not links), else builds the schedule (on ``topology``) and runs
-    :func:`predict` on it.
+    has two link classes and ``topology`` several nodes, or a network, or more than
+    one port: closed forms count messages on one port, not links), else builds the
+    schedule (on ``topology``) and runs :func:`predict` on it.
     """
     dtype = np.dtype(dtype)
-    exact = exact or params.network is not None or (
+    exact = exact or params.network is not None or params.ports > 1 or (
         params.links and topology is not None and len(topology.nodes) > 1)
     terms = None if exact else formula(collective, algorithm, size, count, dtype, topology)
     if terms is not None:
@@ -272,9 +276,10 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False, 
     (two lists), or None.
 
     Event-driven. A rank's ports only ever carry its current step's messages,
-    so a message alone on both its ports (the sender's only send of the
-    step, the receiver's only receive) starts as soon as it is ready; the
-    others wait in a heap and take the ports in the order they became ready.
+    so a message with a port of its own at both ends (the sender's step sends,
+    and the receiver's step receives, no more messages than there are ports)
+    starts as soon as it is ready; the others wait in a heap and take the
+    ports, the one that frees first, in the order they became ready.
     Each path carries the counts along the path that set its time, so the
     critical path's terms come out with the time (and with ``trace``, its
     events). Per message a few tuple operations: a 1,024-rank ring is two
@@ -298,8 +303,9 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False, 
     ends = [_ZERO] * size           # per rank: its current step's latest delivery so far
     folds = [0] * size              # per rank: bytes its current step folds
     done = [None] * size            # per rank: when its last step ended
-    send_free = [_ZERO] * size      # when each rank's send port is free
-    recv_free = [_ZERO] * size      # when each rank's receive port is free
+    ports = params.ports
+    send_free = [[_ZERO] * ports for _ in range(size)]  # when each send port of a rank frees
+    recv_free = [[_ZERO] * ports for _ in range(size)]  # and each receive port
     unmatched = {}          # 2*channel + is_send -> deque of (path, nbytes, fold, alone, row)
     now = []                        # ready messages alone on their ports
     ready = []              # heap of (seconds, seq, path, src, dst, nbytes, fold, send row)
@@ -318,7 +324,7 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False, 
             at = (at[0] + delta, at[1], at[2], at[3], at[4] + 1, at[5], at[6], why)
             ends[rank], folds[rank], outstanding[rank] = at, 0, hi - lo
             n_send = sends_in[sid] if hi > lo else 0
-            one_send, one_recv = n_send == 1, hi - lo - n_send == 1
+            one_send, one_recv = n_send <= ports, hi - lo - n_send <= ports
             for row in range(lo, hi):
                 peer, nbytes = peer_col[row], nbytes_col[row]
                 if send_col[row]:
@@ -370,18 +376,24 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False, 
     # Messages alone on their ports go first: those they lead to are ready no earlier than
     # they are, so the heap still hands the shared ports out in time order.
     pop = heapq.heappop
+
+    def first_free(free):
+        """The port of ``free`` (a rank's send or receive ports) that frees first."""
+        return 0 if ports == 1 else min(range(ports), key=lambda k: free[k][0])
     for rank in range(size):
         post(rank, _ZERO)
     while now or ready:
         reason = "ready: both ends posted it"
         if now:
             at, src, dst, nbytes, fold, row = now.pop()
+            out = into = 0              # (its own ports: which one is not tracked)
         else:
             _, _, at, src, dst, nbytes, fold, row = pop(ready)
-            free = send_free[src]
+            out, into = first_free(send_free[src]), first_free(recv_free[dst])
+            free = send_free[src][out]
             if free[0] > at[0]:
                 at, reason = free, f"waits for rank {src}'s send port"
-            free = recv_free[dst]
+            free = recv_free[dst][into]
             if free[0] > at[0]:
                 at, reason = free, f"waits for rank {dst}'s receive port"
         if src == dst:              # a local copy or fold: no wire, no port
@@ -402,7 +414,7 @@ def _timeline(table, itemsize, params, gamma, delta, node_of=None, trace=False, 
             why = (why, (at[0] + a + b, "message", src, current[src], dst, nbytes, b, "beta",
                          f"{nbytes} B on the link"))
         end = (at[0] + a + b, at[1] + 1, at[2] + nbytes, at[3], at[4], at[5] + a, at[6] + b, why)
-        send_free[src] = recv_free[dst] = end
+        send_free[src][out] = recv_free[dst][into] = end
         deliver(src, end, nbytes, False)
         deliver(dst, end, nbytes, fold)
     for rank in range(size):

@@ -331,7 +331,8 @@ def machine(path) -> tuple[cost.Params, dict]:
                 f"(seconds), gamma, an object of dtype name -> seconds per byte, and "
                 f"optionally eager (bytes > 0, or null: no limit), rendezvous >= 0 (seconds), "
                 f"resident >= 0 (bytes), inter_node {{\"alpha\": s, \"beta\": s/B}} (between "
-                f"nodes), nodes and ranks_per_node (ints >= 1), network (an object with "
+                f"nodes), nodes and ranks_per_node (ints >= 1), ports (an int >= 1: the "
+                f"messages a rank sends and receives at once), network (an object with "
                 f"\"kind\": {', '.join(network.KINDS)}: see pyar.model.network)")
     try:
         if data["format"] != FORMAT or not data["gamma"]:
@@ -347,8 +348,10 @@ def machine(path) -> tuple[cost.Params, dict]:
                              *(None if inter.get(k) is None else float(inter[k])
                                for k in ("alpha", "beta")))
         layout = {k: data[k] for k in ("nodes", "ranks_per_node") if data.get(k) is not None}
-        if not all(type(v) is int and v >= 1 for v in layout.values()):
+        ports = data.get("ports", 1)
+        if not all(type(v) is int and v >= 1 for v in (*layout.values(), ports)):
             raise ValueError
+        params = params._replace(ports=ports)
     except (KeyError, TypeError, ValueError, AttributeError):
         raise ValueError(f"tuning file {path}: expected {expected}") from None
     if data.get("network") is not None:
@@ -374,6 +377,8 @@ def save(path, params: cost.Params, measured: dict) -> None:
             "rendezvous": params.rendezvous, "resident": params.resident, "measured": measured}
     if params.links:
         data["inter_node"] = dict(zip(("alpha", "beta"), params.inter()))
+    if params.ports > 1:
+        data["ports"] = params.ports
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)

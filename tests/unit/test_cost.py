@@ -1,12 +1,14 @@
 """The alpha-beta-gamma cost model: textbook formulas, the fold, user algorithms, bad schedules."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pyar
-from pyar.model import cost
+from pyar.model import cost, tuner
 from pyar.algorithms import algorithm
 from pyar.collectives import names
 from pyar.core.schedule import SEGMENT, Chunk, Recv, Send, Step, Table
@@ -266,6 +268,60 @@ def test_ports_serve_messages_in_the_order_they_become_ready():
     p = cost.predict(s, PARAMS)
     assert p.time == pytest.approx(PARAMS.delta + 3 * (PARAMS.alpha + 4 * PARAMS.beta))
     assert p.terms.messages == 3
+
+
+@pytest.mark.parametrize("n", [3, 5, 8])
+@pytest.mark.parametrize("ports", [1, 2, 3, 8])
+def test_a_rank_with_k_ports_sends_and_receives_k_messages_at_once(n, ports):
+    """naive's root receives N-1 messages and sends as many: on k ports, ceil((N-1)/k)
+    message times each way, not N-1."""
+    m = 4 * 64
+    got = cost.predict(pyar.schedule("naive", n, 64), PARAMS._replace(ports=ports))
+    rounds = -(-(n - 1) // ports)
+    message = PARAMS.alpha + m * PARAMS.beta
+    assert got.time == pytest.approx(2 * rounds * message + (n - 1) * m * 2.0**-24
+                                     + 2 * PARAMS.delta, rel=1e-12)
+    assert got.terms.messages == 2 * rounds                # along the critical path
+
+
+def test_ports_beyond_one_change_nothing_where_a_step_sends_one_message():
+    for name in ("ring", "recursive_doubling", "rabenseifner", "binomial"):
+        schedule = pyar.schedule(name, 12, 1200)
+        assert cost.predict(schedule, PARAMS._replace(ports=4)) == cost.predict(schedule,
+                                                                                PARAMS)
+
+
+def test_on_k_ports_estimate_costs_the_schedule_not_the_one_port_closed_form():
+    assert cost.estimate("allreduce", "naive", 8, 64, "float32", PARAMS)[1] == "formula"
+    assert cost.estimate("allreduce", "naive", 8, 64, "float32",
+                         PARAMS._replace(ports=2))[1] == "schedule"
+
+
+@pytest.mark.parametrize("ports", [0, 2.5, "4", None])
+def test_a_machine_file_with_bad_ports_is_a_clear_error(tmp_path, ports):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"format": "pyar-tuning/1", "alpha": 1e-6, "beta": 1e-9,
+                                "gamma": {"float32": 1e-10}, "delta": 0.0, "ports": ports}))
+    with pytest.raises(ValueError, match=r"ports \(an int >= 1"):
+        tuner.machine(path)
+
+
+def test_ports_survive_a_tuning_file(tmp_path):
+    path = tmp_path / "t.json"
+    tuner.save(path, PARAMS._replace(ports=3), {})
+    assert tuner.load(path).ports == 3
+
+
+def test_a_multi_port_swing_on_the_papers_torus_beats_its_one_port_form_in_the_model():
+    """On the 8x8 torus machine (four ports a rank), Swing on four ports: the busiest link
+    a quarter as loaded, the model's time below the one-port 2-D form's and rabenseifner's."""
+    params, _ = tuner.machine(Path(__file__).parents[2] / "machines" / "torus-8x8.json")
+    assert params.ports == 4
+
+    def time(name):
+        return cost.predict(pyar.schedule(name, 64, 1 << 18), params, "float32").time
+    four = time("swing_bandwidth:dims=8x8,ports=4")
+    assert four < time("swing_bandwidth:dims=8x8") < time("rabenseifner")
 
 
 @pytest.mark.parametrize("name", CLASSIC)

@@ -45,8 +45,9 @@ END = "<!-- end of history -->"
 # algorithms (every rank sends the whole vector each step; one-shot's scratch is N-1 vectors)
 # and the blocked collectives 64 elements (a block's, where the collective has blocks).
 RECENT = [
-    ("allreduce", "swing_bandwidth,bine,two_shot", 65536),
-    ("allreduce", "swing_latency,one_shot,recexch,recexch:k=8,knomial:k=4", 64),
+    ("allreduce", "swing_bandwidth,swing_bandwidth:dims=32x32,ports=4,bine,two_shot", 65536),
+    ("allreduce", "swing_latency,swing_latency:dims=32x32,ports=4,one_shot,recexch,recexch:k=8,"
+                  "knomial:k=4", 64),
     ("reduce_scatter", "pat,bine", 64),
     ("allgather", "pat,bine", 64),
     ("bcast", "bine,knomial:k=4", 64),

@@ -26,6 +26,9 @@ BENCH_OUT ?= bench-allreduce
 EXTRAS   ?= test,plot,torch,docs
 # Bound every MPI job: a wrong schedule must fail, never hang.
 TIMEOUT  ?= timeout -k 10 300
+# make run's bound: its whole sweep takes about 6 minutes on 4 ranks of a 2-core machine
+# (one_shot and recexch a few seconds a call from 16 MiB: the general path's messages).
+RUN_TIMEOUT ?= timeout -k 10 900
 # Keep compiled bytecode (__pycache__/, ignored by git) where the environment says not to: every
 # rank of every job imports pyar, and every pytest process rewrites hypothesis's modules (its
 # plugin's: 1.4 s of CPU a process here), anew each time without it.
@@ -52,7 +55,7 @@ $(VENV)/.kernels: $(VENV)/.installed $(wildcard pyar/kernels/*.py)
 
 # The quick benchmark: every allreduce algorithm and auto against MPI_Allreduce, 8 B - 64 MiB.
 run: $(VENV)/.kernels
-	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m mpi4py -m pyar bench -b 8 -e 64M -f 2 -a all,auto \
+	$(RUN_TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m mpi4py -m pyar bench -b 8 -e 64M -f 2 -a all,auto \
 	  --json $(BENCH_OUT).json --plot $(BENCH_OUT).png
 
 # Everything: the pure tests on TEST_JOBS pytest workers (pytest-xdist: one alone leaves a

@@ -27,7 +27,9 @@ coordinate is odd), the others unchanged. A *port* ``p < 2D`` starts at
 dimension ``p mod D`` and, for ``p >= D``, mirrors every distance: the paper's
 multi-port Swing runs ``2D`` such collectives side by side on ``2D`` slices of
 the vector, so every link of a rank carries data in every step. ``dims = (P,)``,
-port 0, is the 1-D Swing above.
+port 0, is the 1-D Swing above. Both variants take the torus as ``dims``
+(``8x8``: powers of two, product ``N``; default one dimension) and the ports as
+``ports`` (1 to ``2D``, default 1).
 """
 
 from __future__ import annotations

@@ -22,14 +22,8 @@ Steps: ``2 log2 P`` (+2 on the ``2E`` folded ranks). Bytes sent per rank:
 (+ ``2 alpha + 2M beta + M gamma`` otherwise): Rabenseifner's;
 this closed form (``auto``'s) has no links, so it predicts no gain; on a machine
 with a network :func:`pyar.model.cost.predict` charges the most loaded link.
-Parameters: ``dims`` (``8x8``, ``4x4x4``: the torus the ranks sit on, dimension 0
-fastest, each a power of two, their product ``N``; default one dimension of all
-ranks) takes the steps along the torus's dimensions in turn (``_swing``), so a
-peer is near along one dimension; ``ports`` (1 to ``2D``, default 1) runs that
-many collectives side by side on as many slices of the vector, port p starting
-at dimension ``p mod D``, mirrored for ``p >= D``: the paper's multi-port Swing,
-one link of a rank per port in every step (the cost model serves them at once on
-a machine whose ranks have as many ports: ``"ports"`` in its machine file).
+Parameters: ``dims`` (``8x8``: the torus the ranks sit on) and ``ports`` (1 to
+``2D``): the paper's multi-dimensional and multi-port Swing (``_swing``).
 Limits: any ``N >= 1`` in one dimension; with ``dims``, their product.
 
 ::

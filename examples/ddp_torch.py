@@ -7,9 +7,10 @@ SGD (lr 0.05) steps. The same training runs once per backend (``--backends``, de
 ``pyar,gloo``: gloo's group on a TCP port rank 0 picks), and per compression
 (``--compression none,fp16``: fp16 is pyar's comm hook, ``pyar.torch.comm_hook`` with
 ``HookState(compression="fp16")``, on the pyar backend, and torch's ``fp16_compress_hook``
-on gloo) and bucket size (``--bucket-cap-mb``, default 25). It prints each run's final
-loss and median step time (forward, backward with DDP's bucket allreduces, optimizer step;
-the first 5 steps left out) and checks (``--no-check`` to skip) that
+arithmetic on gloo, :func:`fp16_compress_waited`) and bucket size (``--bucket-cap-mb``,
+default 25). It prints each run's final loss and median step time (forward, backward
+with DDP's bucket allreduces, optimizer step; the first 5 steps left out) and checks
+(``--no-check`` to skip) that
 
 - on every rank the losses of every step on pyar equal gloo's within float rounding
   (rtol 1e-4: at 3 ranks and more the two sum in other orders), for each compression;
@@ -32,7 +33,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import pyar.torch
 
@@ -54,6 +54,21 @@ def init(backend: str) -> None:
     port = comm.bcast(port)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
                             rank=comm.rank, world_size=comm.size)
+
+
+def fp16_compress_waited(group, bucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's ``fp16_compress_hook`` (the bucket cast to float16 and divided by the group
+    size, allreduced, cast back), waited for in the hook instead of in a ``.then``
+    callback: torch's gloo group, destroyed while its worker thread still releases such a
+    callback, deadlocks (docs/torch.md, Limits); with none, its teardown has nothing to
+    wait for."""
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.float16).div_(dist.get_world_size(group))
+    dist.all_reduce(compressed, group=group)
+    buffer.copy_(compressed)
+    done = torch.futures.Future()
+    done.set_result(buffer)
+    return done
 
 
 def model_and_teacher():
@@ -83,7 +98,7 @@ def train(backend: str, compression: str, bucket_cap_mb: float, steps: int):
                                                             compression="fp16"),
                                        pyar.torch.comm_hook)
             else:
-                ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+                ddp.register_comm_hook(None, fp16_compress_waited)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
         losses, seconds = [], []
         rank = dist.get_rank()
@@ -97,11 +112,6 @@ def train(backend: str, compression: str, bucket_cap_mb: float, steps: int):
             seconds.append(time.perf_counter() - began)
             losses.append(loss.item())
         params = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
-        # torch's gloo group joins its worker thread when destroyed, with the GIL held; a
-        # worker still releasing a Python future callback (torch's fp16 hook) then waits
-        # for the GIL for ever (a deadlock in torch). The barrier runs on that
-        # worker after the last callback: once it is done, the worker is idle.
-        dist.barrier()
         return np.array(losses), seconds[WARMUP:], params
     finally:
         dist.destroy_process_group()

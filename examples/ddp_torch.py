@@ -24,7 +24,7 @@ machine do not take each other's cores. The backend's start is two lines::
 """
 
 import argparse
-import socket
+import datetime
 import statistics
 import sys
 import time
@@ -37,23 +37,25 @@ from mpi4py import MPI
 import pyar.torch
 
 WARMUP = 5      # steps left out of the step time
+STORE_TIMEOUT = datetime.timedelta(seconds=120)  # gloo's rendezvous and calls: an error, not a hang
 
 
 def init(backend: str) -> None:
-    """The default process group on ``backend``: pyar's rendezvous is MPI's, gloo's a TCP
-    port rank 0 picks and broadcasts over MPI."""
+    """The default process group on ``backend``: pyar's rendezvous is MPI's; gloo's a TCP
+    store rank 0 opens on a port of its own choosing (held from the start: no other
+    process can take it in between) and broadcasts over MPI."""
     if backend == "pyar":
         dist.init_process_group("pyar")
         return
     comm = MPI.COMM_WORLD
-    port = None
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
-                            rank=comm.rank, world_size=comm.size)
+    store = dist.TCPStore("127.0.0.1", 0, comm.size, is_master=True, timeout=STORE_TIMEOUT,
+                          wait_for_workers=False) if comm.rank == 0 else None
+    port = comm.bcast(store.port if store else None)
+    if store is None:
+        store = dist.TCPStore("127.0.0.1", port, comm.size, is_master=False,
+                              timeout=STORE_TIMEOUT)
+    dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
+                            timeout=STORE_TIMEOUT)
 
 
 def fp16_compress_waited(group, bucket) -> torch.futures.Future[torch.Tensor]:
@@ -112,6 +114,11 @@ def train(backend: str, compression: str, bucket_cap_mb: float, steps: int):
             seconds.append(time.perf_counter() - began)
             losses.append(loss.item())
         params = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+        # torch's gloo group joins its worker thread when destroyed, with the GIL held; a
+        # worker still busy with a call's Python objects then waits for the GIL for ever
+        # (a deadlock in torch). The barrier runs on that worker after every call: once it
+        # is done, the worker is idle.
+        dist.barrier()
         return np.array(losses), seconds[WARMUP:], params
     finally:
         dist.destroy_process_group()

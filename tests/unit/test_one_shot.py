@@ -29,13 +29,19 @@ def rank_order(xs):
     return acc
 
 
-@pytest.mark.parametrize("size", range(1, 65))
-def test_every_rank_has_the_bits_of_the_rank_order_fold(size):
-    count = 37
+def rank_order_bits_everywhere(size, count):
+    """Simulate one_shot on ``spread`` inputs; assert every rank holds the rank-order fold's
+    bits; the inputs and those bits."""
     xs = spread(size, count, seed=size)
     out = pyar.simulate(pyar.schedule("one_shot", size, count), xs).outputs
     want = rank_order(xs).view(np.uint32)
     assert all(np.array_equal(o.view(np.uint32), want) for o in out)
+    return xs, want
+
+
+@pytest.mark.parametrize("size", range(1, 65))
+def test_every_rank_has_the_bits_of_the_rank_order_fold(size):
+    xs, want = rank_order_bits_everywhere(size, 37)
     if size >= 3:       # the data tells the orders apart: a rank starting from its own differs
         own_first = rank_order([xs[-1], *xs[:-1]]).view(np.uint32)
         assert not np.array_equal(own_first, want)
@@ -91,8 +97,4 @@ def test_the_closed_form_is_the_models_path(n):
 
 @pytest.mark.parametrize("size", [255, 1024])
 def test_large_rank_counts(size):
-    count = 3
-    xs = spread(size, count, seed=size)
-    out = pyar.simulate(pyar.schedule("one_shot", size, count), xs).outputs
-    want = rank_order(xs).view(np.uint32)
-    assert all(np.array_equal(o.view(np.uint32), want) for o in out)
+    rank_order_bits_everywhere(size, 3)

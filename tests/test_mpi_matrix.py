@@ -30,10 +30,12 @@ from launch import ROOT, explain, run
 EXAMPLES = os.environ.get("PYAR_MATRIX_EXAMPLES", "25")
 
 
-def describe(nprocs, ranks_per_node, shm_bytes, shard) -> str:
+def describe(nprocs, ranks_per_node, shm_bytes, shard, cma=None) -> str:
     words = [f"{nprocs} rank{'s' if nprocs > 1 else ''}"]
     if ranks_per_node:
         words.append(f"PYAR_RANKS_PER_NODE={ranks_per_node}")
+    if cma:
+        words.append(f"PYAR_CMA={cma}")
     if shm_bytes is not None:
         words.append(f"PYAR_SHM_BYTES={shm_bytes}")
     if shard:
@@ -41,31 +43,36 @@ def describe(nprocs, ranks_per_node, shm_bytes, shard) -> str:
     return ", ".join(words)
 
 
-def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None):
+def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None, cma=None):
     """A run of the matrix, its id e.g. ``np5-rpn2`` or ``np3-shm0``; ``shard``: the part of
-    tests/mpi it runs (PYAR_TEST_SHARD), None for all."""
+    tests/mpi it runs (PYAR_TEST_SHARD), None for all; ``cma``: PYAR_CMA."""
     tail = (f"-rpn{ranks_per_node}" if ranks_per_node else "") + \
-        ("" if shm_bytes is None else f"-shm{shm_bytes}")
-    return pytest.param(nprocs, ranks_per_node, shm_bytes, shard, id=f"np{nprocs}{tail}")
+        ("" if shm_bytes is None else f"-shm{shm_bytes}") + (f"-cma{cma}" if cma else "")
+    return pytest.param(nprocs, ranks_per_node, shm_bytes, shard, cma, id=f"np{nprocs}{tail}")
 
 
-@pytest.mark.parametrize("nprocs,ranks_per_node,shm_bytes,shard", [
+@pytest.mark.parametrize("nprocs,ranks_per_node,shm_bytes,shard,cma", [
     case(1), case(2),
-    case(3, shard="0/2"), case(5, shard="0/2:all"), case(8, shard="1/2:all"),
-    case(5, 2, shard="1/2:all"), case(8, 3, shard="0/2:all"),   # emulated nodes of unequal
-                                                                # size: 2+2+1 and 3+3+2
+    case(3, shard="0/2"), case(5, shard="0/2:all", cma="1"), case(8, shard="1/2:all"),
+    case(5, 2, shard="1/2:all"), case(8, 3, shard="0/2:all", cma="1"),  # emulated nodes of
+                                        # unequal size: 2+2+1 and 3+3+2; with PYAR_CMA=1 every
+                                        # large plan's messages are read from the senders'
+                                        # memory (by default only from 8 MiB buffers), so
+                                        # each test runs so once, at 5 or 8 ranks
     case(3, shm_bytes="0", shard="1/2"),    # no shared-memory mailboxes: small plans on MPI
     case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI (the run
                                     # at 4 ranks: all mailboxes is 2, 3, 5 and 8's setting)
-def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, capsys, request):
+def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, cma, capsys, request):
     env = {"PYAR_TEST_EXAMPLES": EXAMPLES}
+    if cma:
+        env["PYAR_CMA"] = cma
     if shard:
         env["PYAR_TEST_SHARD"] = shard
     if ranks_per_node:
         env["PYAR_RANKS_PER_NODE"] = str(ranks_per_node)
     if shm_bytes is not None:
         env["PYAR_SHM_BYTES"] = shm_bytes
-    what, seed = describe(nprocs, ranks_per_node, shm_bytes, shard), request.node.callspec.id
+    what, seed = describe(nprocs, ranks_per_node, shm_bytes, shard, cma), request.node.callspec.id
     with capsys.disabled():
         print(f"\n[MPI matrix] tests/mpi on {what} (--hypothesis-seed={seed}) ...", flush=True)
     start = time.monotonic()

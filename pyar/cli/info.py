@@ -17,7 +17,8 @@ import pyar
 from ..algorithms import algorithms
 from ..collectives import names
 from ..model import tuner
-from ..runtime import cuda, device, library, settings
+from ..runtime import cuda, device, library, settings, shm
+from ..runtime.programs import ATTACH_BYTES
 from ..runtime.settings import ranges
 
 
@@ -70,10 +71,21 @@ def _facts() -> None:
     print("MPI's integer sums and products: " + (
         f"saturate for {', '.join(lib.saturating)} (pyar's wrap; its checks use numpy there)"
         if lib.saturating else "wrap around (as pyar's)"))
-    shm = settings.current().shm_bytes
+    shm_bytes = settings.current().shm_bytes
     print(f"MPI_Win_allocate_shared: {'works' if windows.works else 'FAILS'}: {windows.detail}")
-    print("shared-memory mailboxes: " + ("off (PYAR_SHM_BYTES=0)" if shm == 0 else
+    print("shared-memory mailboxes: " + ("off (PYAR_SHM_BYTES=0)" if shm_bytes == 0 else
                                          "on" if windows.works else "off (no shared window)"))
+    node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    readable = shm.readable(node)     # collective over the node: 0, 1 or 2
+    node.Free()
+    print("large messages in a node: " + (
+        "through MPI (no mailboxes)" if shm_bytes == 0 or not windows.works else
+        "read from the sender's memory (cross-memory attach: process_vm_readv) " + (
+            "at every size (PYAR_CMA=1)" if readable == 2 else
+            f"from {ATTACH_BYTES >> 20} MiB buffers") if readable
+        else "through shared-memory mailboxes (" + (
+            "PYAR_CMA=0" if settings.current().cma is False else
+            "process_vm_readv is refused between these ranks") + ")"))
     aware = cuda.awareness()
     print(f"CUDA-aware MPI: {'yes' if aware.aware else 'no'} ({aware.reason})")
     print(f"GPU buffers: {device.gpu_summary()}; "

@@ -21,13 +21,31 @@ fingerprint, odd, and its sequence number: ``fingerprint | (seq & 0x7FFFFFFF)
 A FOLD or COPY row whose stamps are 0 is *local*: no wait, no mark, its
 "box" is any memory (an out-of-place call's x: :class:`pyar.runtime.programs.Stream`).
 
+With cross-memory attach (``process_vm_readv``), a message stays in the
+sender's memory and the receiver reads it from there, one copy::
+
+    OFFER    (OFFER, stamp0, stamp1, box0, box1, src, nbytes, pid)
+             wait until stamp[half] is 0; write src and pid (the sender's
+             process) to box[half]; stamp[half] = mark
+    GET      (GET, stamp0, stamp1, box0, box1, dst, nbytes, 0)
+             wait for the mark, as COPY; read nbytes at the offered src of the
+             offering process into dst; stamp[half] = 0
+    GET_FOLD (GET_FOLD, stamp0, stamp1, box0, box1, dst, nbytes, type * 4 + op)
+             the same, folding: reads pieces of at most :data:`BOUNCE` bytes into
+             box[half] + :data:`BOUNCE_AT` (a mailbox of BOUNCE_AT + BOUNCE bytes,
+             which stays in cache) and folds each into dst
+    TAKEN    (TAKEN, stamp0, stamp1, 0, 0, 0, 0, 0)
+             wait until stamp[half] is 0: the receiver has read the offer, so the
+             sender may change src again
+
 Stamps are read with acquire and written with release ordering, so the bytes
 of a message are visible before its stamp on any processor.
 
 :func:`run` goes from row ``start`` on and returns ``rows`` when the call is
 done, the row at which it gave up waiting after ``spins`` polls of a stamp
 (call it again from there), or ``-1 - row`` when a row's stamp is another
-call's mark (left in place, for the caller's error). Called through
+call's mark (left in place, for the caller's error), or ``UNREADABLE - row`` when
+``process_vm_readv`` failed there (the offering process is gone). Called through
 :func:`runner`, an empty program takes 0.2 - 0.3 us from Python on the
 development machine; the Python loop over a step's stamps, copies and folds
 that it replaces took several times that (BENCHMARKS.md).
@@ -44,8 +62,11 @@ from ._cache import serialise
 from ._half import bitcasts
 from ._loops import loops
 
-PUT, FOLD, COPY = range(3)
+PUT, FOLD, COPY, OFFER, GET, GET_FOLD, TAKEN = range(7)
 WIDTH = 8
+BOUNCE_AT = 56              # bytes: a GET_FOLD's pieces land this far into its mailbox half
+BOUNCE = 1 << 17            # bytes: the most a GET_FOLD reads before it folds
+UNREADABLE = -(1 << 40)     # run's answer at row r where the peer's memory could not be read
 
 _L = loops(njit, njit, *bitcasts(intrinsic))
 _fold_int, _fold_float = _L.fold_int, _L.fold_float
@@ -91,6 +112,41 @@ def _copy(typingctx, dst, src, nbytes):
     return types.void(types.int64, types.int64, types.int64), codegen
 
 
+@intrinsic
+def _readv(typingctx, pid, local, remote, nbytes):
+    """``process_vm_readv`` of ``nbytes`` at address ``remote`` of process ``pid`` into
+    ``local``: the bytes it read, or -1."""
+    def codegen(context, builder, sig, args):
+        pointer = ir.IntType(8).as_pointer()
+        iovec = ir.LiteralStructType([pointer, _I64])
+        readv = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            _I64, [ir.IntType(32), iovec.as_pointer(), _I64, iovec.as_pointer(), _I64, _I64]),
+            "process_vm_readv")
+        vectors = []
+        for address in (args[1], args[2]):
+            vector = cgutils.alloca_once(builder, iovec)
+            builder.store(builder.inttoptr(address, pointer),
+                          cgutils.gep_inbounds(builder, vector, 0, 0))
+            builder.store(args[3], cgutils.gep_inbounds(builder, vector, 0, 1))
+            vectors.append(vector)
+        one = ir.Constant(_I64, 1)
+        return builder.call(readv, [builder.trunc(args[0], ir.IntType(32)), vectors[0], one,
+                                    vectors[1], one, ir.Constant(_I64, 0)])
+    return types.int64(types.int64, types.int64, types.int64, types.int64), codegen
+
+
+@njit(inline="always")
+def _read(pid, dst, src, nbytes):
+    """Read nbytes at ``src`` of process ``pid`` into ``dst``; False if the kernel refused."""
+    done = 0
+    while done < nbytes:
+        got = _readv(pid, dst + done, src + done, nbytes - done)
+        if got <= 0:
+            return False
+        done += got
+    return True
+
+
 @njit(inline="always")
 def _as(address, n, dtype):
     """``n`` elements of ``dtype`` at ``address``, as an array."""
@@ -131,31 +187,49 @@ def run(program, rows, start, call, fingerprint, seq, spins):
     for row in range(start, rows):
         kind, stamp = table[row, 0], table[row, 1 + half]
         box, other, nbytes = table[row, 3 + half], table[row, 5], table[row, 6]
-        if kind == PUT:
+        if kind == PUT or kind == OFFER or kind == TAKEN:
             polls = spins
             while _load(stamp) != 0:
                 polls -= 1
                 if polls <= 0:
                     return row
-            _copy(box, other, nbytes)
-            _store(stamp, mark)
-        else:
-            if stamp != 0:                  # (0: a local row)
-                polls = spins
+            if kind == PUT:
+                _copy(box, other, nbytes)
+            elif kind == OFFER:
+                offer = _as(box, 2, np.int64)
+                offer[0], offer[1] = other, table[row, 7]
+            if kind != TAKEN:
+                _store(stamp, mark)
+            continue
+        if stamp != 0:                  # (0: a local row)
+            polls = spins
+            seen = _load(stamp)
+            while seen == 0:
+                polls -= 1
+                if polls <= 0:
+                    return row
                 seen = _load(stamp)
-                while seen == 0:
-                    polls -= 1
-                    if polls <= 0:
-                        return row
-                    seen = _load(stamp)
-                if seen != mark:
-                    return -1 - row
-            if kind == FOLD:
-                _fold(other, box, nbytes, table[row, 7])
+            if seen != mark:
+                return -1 - row
+        if kind == FOLD:
+            _fold(other, box, nbytes, table[row, 7])
+        elif kind == COPY:
+            _copy(other, box, nbytes)
+        else:                           # GET, GET_FOLD: from the offering process
+            offered = _as(box, 2, np.int64)
+            src, pid = offered[0], offered[1]
+            if kind == GET:
+                if not _read(pid, other, src, nbytes):
+                    return UNREADABLE - row
             else:
-                _copy(other, box, nbytes)
-            if stamp != 0:
-                _store(stamp, 0)
+                bounce = box + BOUNCE_AT
+                for lo in range(0, nbytes, BOUNCE):
+                    n = min(BOUNCE, nbytes - lo)
+                    if not _read(pid, bounce, src + lo, n):
+                        return UNREADABLE - row
+                    _fold(other + lo, bounce, n, table[row, 7])
+        if stamp != 0:
+            _store(stamp, 0)
     return rows
 
 

@@ -38,7 +38,7 @@ from ..kernels import folder
 from ..model.cost import RESIDENT_BYTES
 from . import shm
 from .p2p import DATA, LANDING, SCRATCH, SOURCE, Context, CopyStep, P2PStep, Receive, Span, overlap
-from .programs import PIECE, Resident, Stream
+from .programs import Resident, Stream, mailbox_bytes
 
 _BUFFER = {"data": DATA, "scratch": SCRATCH}
 SPARES = 4                  # scratch and landing buffers a plan keeps for its next requests
@@ -179,7 +179,8 @@ class Plan:
             elif self.small(dtype):
                 self._channels[size] = pool.channels(self.spans, size)
             else:
-                self._channels[size] = pool.streams(self.spans, PIECE, _streamable(self.spans))
+                self._channels[size] = pool.streams(self.spans, mailbox_bytes(pool),
+                                                    _streamable(self.spans))
         return self._channels[size]
 
     def stream(self, comm: MPI.Comm, dtype: np.dtype, reduction: str | None, call=None):
@@ -287,7 +288,8 @@ class Plan:
         if kind == "own":
             stream, pool = None, shm.pool_of(comm)
             channels = None if pool is None else pool.streams(
-                self.base.spans, PIECE, _streamable(self.base.spans), shared=False)
+                self.base.spans, mailbox_bytes(pool), _streamable(self.base.spans),
+                shared=False)
             if channels is not None:
                 stream = Stream(self, channels, dtype, reduction, call,
                                 np.empty(self.scratch_count, dtype))

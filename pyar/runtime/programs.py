@@ -10,10 +10,30 @@ step, copies out. When every message of the plan is a mailbox one, the
 call's steps are one native program (:mod:`pyar.kernels.mailbox`): a single
 call from Python, where a small call's time is Python's, not the wire's.
 
-A :class:`Stream` runs a larger plan on the caller's own buffers, each
-message streamed through a mailbox in pieces of :data:`PIECE` bytes, copied
-once into shared memory and folded straight out of it (MPI copies twice, and
-the fold reads a landing buffer): one native program a call.
+A :class:`Stream` runs a larger plan on the caller's own buffers: one
+native program a call. Each message is streamed through a mailbox in pieces
+of :data:`PIECE` bytes, copied once into shared memory and folded straight
+out of it (MPI copies twice, and the fold reads a landing buffer); or, for a
+buffer of :data:`ATTACH_BYTES` or more where the node's ranks may read each
+other's memory (cross-memory attach, :attr:`.shm.Pool.attach`), the receiver
+reads it straight out of the sender's buffer: into its own, or for a fold
+into a cache-sized bounce that it folds from.
+
+What a message of ``n`` bytes costs: through mailboxes, two passes over
+it (the sender copies it into the mailbox, the receiver copies or folds it
+out); read from the sender, one (the kernel copies it from the sender's
+pages straight into place, or into the bounce that a fold reads). The
+memory sees the same bytes either way (a piece or a bounce stays in cache:
+n read on the sender's side, n written and for a fold n more read on the
+receiver's), so a 2-rank allreduce of ``s`` bytes (half folded, half
+received) moves about 2.5 s through each rank's memory on both; read from
+the sender it makes three passes of s/2 instead of four, and a sender's
+core is free while its message is read. But the kernel pins the sender's
+pages for each read, which costs more than the second copy while the
+buffers stay in cache: measured side by side on 2 ranks of the development
+machine (rabenseifner, one run, calls alternating), reading from the sender
+takes 0.8 - 0.95x the mailboxes' time from 8 MiB to 64 MiB and 1.0 - 1.3x at
+2 - 4 MiB; hence :data:`ATTACH_BYTES` (``PYAR_CMA=1``: from any size).
 
 Both give :class:`~.progress.Step` s for a call in flight (:class:`ResidentStep`,
 :class:`ProgramStep`); their blocking calls run the native program, or the
@@ -23,6 +43,7 @@ steps' derived blocking form.
 from __future__ import annotations
 
 import atexit
+import os
 import weakref
 from functools import partial
 
@@ -32,10 +53,12 @@ from mpi4py import MPI
 from ..core.errors import MismatchError, PyarError
 from ..kernels import bound_fold, mailbox
 from . import notice, shm
-from .p2p import DATA, SCRATCH, SOURCE, CopyStep, Span, check_size, mark, mismatch, resident_tag
+from .p2p import (DATA, SCRATCH, SOURCE, CopyStep, Span, check_size, mark, mismatch, overlap,
+                  resident_tag)
 from .progress import Step
 
 PIECE = 1 << 16             # bytes: a Stream's messages go through mailboxes in pieces of this
+ATTACH_BYTES = 8 << 20      # bytes: a Stream of a buffer this large reads from its senders
 _BYTE = MPI.BYTE
 
 
@@ -89,7 +112,7 @@ class _Program:
             self.channels.calls = call + 1
             return None
         if at < 0:
-            raise self._mismatched(-1 - at, call, seq)
+            raise self._failed(at, call, seq)
         return call, at
 
     def execution(self, seq: int, at: int = 0, call: int | None = None):
@@ -102,11 +125,24 @@ class _Program:
                  for step in self.program_steps if step.last > at]
         return steps, _ProgramCall(call, seq, at), partial(self._end, call), self.interrupted
 
-    def _mismatched(self, row: int, call: int, seq: int) -> MismatchError:
-        """The error for the native program's ``row``, whose stamp is another call's mark."""
-        where, peer, stamps = self.waits[row]
+    def _failed(self, at: int, call: int, seq: int) -> PyarError:
+        """The error for the native program's answer ``at`` < 0: a row whose stamp is another
+        call's mark (MismatchError), or whose peer's memory could not be read."""
+        if at <= mailbox.UNREADABLE:
+            where, peer, _ = self.waits[mailbox.UNREADABLE - at]
+            self.interrupted()
+            return PyarError(f"{where}: reading rank {peer}'s message from its memory "
+                             f"(process_vm_readv) failed: that process has ended, or no "
+                             f"longer lets this one read it")
+        where, peer, stamps = self.waits[-1 - at]
         return mismatch(where, peer, stamps[call & 1][0], mark(self.fingerprint, seq),
                          self.call)
+
+
+def mailbox_bytes(pool) -> int:
+    """The bytes of each of a :class:`Stream`'s mailboxes on ``pool``: an offer and its bounce
+    where the ranks read each other's memory, else a piece."""
+    return mailbox.BOUNCE_AT + mailbox.BOUNCE if pool.attach else PIECE
 
 
 class Stream(_Program):
@@ -122,7 +158,12 @@ class Stream(_Program):
     puts piece t of every send, then takes piece t - 1 of every receive; a put
     waits for its half to be taken, two pieces back, which the peer does in its
     round before, so no two ranks wait for each other. An out-of-place
-    variant's copies of x are local rows. Marks and errors are a Resident's;
+    variant's copies of x are local rows. Reading from the senders (``attach``: the ranks
+    read each other's memory, and the buffer is :data:`ATTACH_BYTES` or more, or
+    ``PYAR_CMA=1``) a step's rows are instead an OFFER per send (where the message lies) and a GET
+    or GET_FOLD per receive (read from the sender, folded through a bounce); a sender waits
+    until an offer is taken (TAKEN) only before it first writes where it offered, offers in
+    that mailbox again, or returns. Marks and errors are a Resident's;
     :meth:`execution` gives the steps (row ranges) for :class:`~.progress.Run`.
     Limits: a step whose receives land where it sends from, or on overlapping
     spans, does not stream (:func:`_streamable`; such a plan sends through MPI).
@@ -132,6 +173,8 @@ class Stream(_Program):
                  reduction: str | None, call=None, scratch: np.ndarray | None = None):
         self.channels, self.call, self.fingerprint = channels, call, notice.fingerprint(call)
         size, each = dtype.itemsize, PIECE // dtype.itemsize
+        self.attach = channels.attach == 2 or (channels.attach == 1 and
+                                               plan.count * size >= ATTACH_BYTES)
         kind = 0 if reduction is None else mailbox.kind(dtype, reduction)
         self.scratch = plan.buffers(dtype, landing=False)[0] if scratch is None else scratch
         scratch = self.scratch.ctypes.data
@@ -160,17 +203,59 @@ class Stream(_Program):
                             lo, min(lo + each, span.hi)))
             return out
 
+        pending = []        # offers not yet waited for: (span, where, peer, stamps' places, stamps)
+
+        def taken(writes=None):
+            """TAKEN rows for the pending offers whose span ``writes`` overlaps (None: all): a
+            sender waits for its receivers only before it changes what it offered."""
+            for offer in [o for o in pending if writes is None or overlap(o[0], writes)]:
+                span, where, peer, (s0, s1), stamps = offer
+                rows.append([mailbox.TAKEN, s0, s1, 0, 0, 0, 0, 0])
+                waits.append((where, peer, stamps))
+                pending.remove(offer)
+
+        def offers(step):
+            """A step's rows read from the senders' memory: it offers its sends, then gets (or
+            gets and folds) its receives."""
+            for s in step.sends:
+                k = nth[1, s.peer] = nth.get((1, s.peer), -1) + 1
+                box = channels.out[s.peer]
+                # an OFFER waits for its mailbox's last offer to be taken: that one's TAKEN
+                pending[:] = [o for o in pending if o[3] != box.addresses[k][:2]]
+                rows.append([mailbox.OFFER, *box.addresses[k], at(s, 5, s.lo),
+                             (s.hi - s.lo) * size, os.getpid()])
+                waits.append((step.where, s.peer, box.stamps[k]))
+                pending.append((s, step.where, s.peer, box.addresses[k][:2], box.stamps[k]))
+            for r in step.recvs:
+                k = nth[0, r.wire.peer] = nth.get((0, r.wire.peer), -1) + 1
+                box = channels.into[r.wire.peer]
+                target, n = (r.wire if r.dst is None else r.dst), (r.wire.hi - r.wire.lo) * size
+                taken(target)
+                rows.append([mailbox.GET_FOLD if r.fold else mailbox.GET, *box.addresses[k],
+                             at(target, 5, target.lo), n, kind if r.fold else 0])
+                waits.append((step.where, r.wire.peer, box.stamps[k]))
+                x = r.source
+                if r.dst is None and x is not None:     # then x's part folded in
+                    rows.append([mailbox.FOLD, 0, 0, at(x, 3, x.lo), at(x, 4, x.lo),
+                                 at(target, 5, target.lo), n, kind])
+                    waits.append((step.where, None, None))
+
         for step in plan.steps:
             first = len(rows)
             if isinstance(step, CopyStep):          # x into data: local rows
                 for lo, hi in step.ranges:
                     x, to = Span(None, SOURCE, lo, hi), Span(None, DATA, lo, hi)
+                    taken(to)
                     rows.append([mailbox.COPY, 0, 0, at(x, 3, lo), at(x, 4, lo), at(to, 5, lo),
                                  (hi - lo) * size, 0])
                     waits.append(("", None, None))
                 self.steps.append(ProgramStep(self, first, len(rows), "x copied in"))
                 continue
             nth = {}                # (direction, peer): the pair's messages so far this step
+            if self.attach:
+                offers(step)
+                self.steps.append(ProgramStep(self, first, len(rows), step.where))
+                continue
             puts = [(s, pieces(1, s)) for s in step.sends]
             takes = [(r, pieces(0, r.wire)) for r in step.recvs]
             for t in range(max((len(p) for _, p in puts + takes), default=0) + 1):
@@ -194,6 +279,10 @@ class Stream(_Program):
                                          n, kind])
                             waits.append((step.where, None, None))
             self.steps.append(ProgramStep(self, first, len(rows), step.where))
+        if pending:             # the call returns: its buffers are the caller's again
+            taken()
+            last = self.steps[-1]
+            self.steps[-1] = ProgramStep(self, last.first, len(rows), last.where)
         self._load(rows, waits)
         self.program_steps = self.steps
         self.patches = np.array(patches, np.int64).reshape(-1, 4).T   # row, column, x?, offset
@@ -237,7 +326,7 @@ class ProgramStep(Step):
         at = _native[0](program.address, self.last, ctx.at, ctx.call, program.fingerprint,
                         ctx.seq, program.spins)
         if at < 0:
-            raise program._mismatched(-1 - at, ctx.call, ctx.seq)
+            raise program._failed(at, ctx.call, ctx.seq)
         ctx.at = at
         return at == self.last
 
@@ -253,7 +342,7 @@ class ProgramStep(Step):
                 continue
             peers.add(peer)
             nbytes = int(program.program[row, 6])
-            if program.program[row, 0] == mailbox.PUT:
+            if program.program[row, 0] in (mailbox.PUT, mailbox.OFFER):
                 sent += nbytes
             else:
                 received += nbytes

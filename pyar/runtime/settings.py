@@ -12,6 +12,10 @@ PYAR_TIMEOUT          seconds > 0 any wait of a collective may       no limit
                       it when made; ``timeout=`` overrides it)
 PYAR_CUDA_AWARE       0 or 1: whether MPI takes device buffers       the probes decide
                       (read by runtime.cuda, checked here)           (runtime.cuda)
+PYAR_CMA              0 or 1: whether large messages between ranks   where the probe allows
+                      of a node are read from the sender's memory    (runtime.shm.readable),
+                      (cross-memory attach; 1: from any Stream's     for buffers from
+                      size)                                          programs.ATTACH_BYTES
 PYAR_TRACE_BUFFER     calls >= 0 the flight recorder keeps per       2000
                       communicator (pyar.runtime.recorder); 0: off
 PYAR_DEBUG            WARN, INFO or TRACE (pyar.observe.log)                 logging's own config
@@ -60,6 +64,7 @@ class Settings(NamedTuple):
     trace_buffer: int | None = None     # (pyar.runtime.recorder)
     debug: int | None = None            # a logging level (pyar.observe.log)
     debug_subsys: frozenset | None = None
+    cma: bool | None = None             # (pyar.runtime.shm)
 
 
 def _number(kind, least: float, strict: bool, what: str):
@@ -79,6 +84,14 @@ def _cuda_aware(name: str, text: str) -> bool:
     if text not in ("0", "1"):
         raise ValueError(f"{name} must be 0 (stage device buffers through host memory) or 1 "
                          f"(hand them to MPI), got {text!r}")
+    return text == "1"
+
+
+def _cma(name: str, text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 (large messages through shared-memory mailboxes) or "
+                         f"1 (read from the sender's memory where the kernel allows, at any "
+                         f"size), got {text!r}")
     return text == "1"
 
 
@@ -116,6 +129,7 @@ _PARSERS = {
                                                 "keeps per communicator; 0: none)"),
     "PYAR_DEBUG": lambda name, text: level(text),
     "PYAR_DEBUG_SUBSYS": lambda name, text: frozenset(subsystems(text)),
+    "PYAR_CMA": _cma,
 }
 
 

@@ -50,10 +50,20 @@ of that plan (and of the plans sharing its Stream's mailboxes) raise.
 ``PYAR_SHM_BYTES`` sets each rank's segment (default :data:`POOL_BYTES`; 0: no
 mailboxes, every message through MPI). ``PYAR_RANKS_PER_NODE``'s emulated nodes
 share no mailboxes.
+
+Cross-memory attach: where every rank of the node may read the others'
+memory with ``process_vm_readv`` (a probe when the pool is made: each rank
+reads a word of every other; a kernel without it, a seccomp filter or a
+ptrace policy refuses it), the mailbox of a Stream of
+:data:`pyar.runtime.programs.ATTACH_BYTES` or more (``PYAR_CMA=1``: of any
+size) carries only where a message lies in its sender's memory, and the
+receiver reads it from there (:attr:`Pool.attach`; ``PYAR_CMA=0`` turns it
+off, and ``pyar info`` says which is in use).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import zlib
@@ -93,6 +103,37 @@ def patience() -> float:
     """Seconds a waiting rank polls before it starts to yield its core: :data:`PATIENCE`,
     or 0 once a pool's node has turned out oversubscribed."""
     return _patience[0]
+
+
+class _Vector(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def readable(node: MPI.Comm) -> int:
+    """Whether the ranks of ``node`` (one node's) read each other's memory with
+    ``process_vm_readv``, as they all agree (collective over ``node``): 0 if any rank's read
+    of a word of another failed, or any has PYAR_CMA=0; else 2 if every rank has PYAR_CMA=1
+    (every Stream), 1 if not (Streams of :data:`pyar.runtime.programs.ATTACH_BYTES` or
+    more)."""
+    word = np.array([os.getpid(), 0], np.int64)
+    word[1] = word.ctypes.data
+    table = np.empty((node.Get_size(), 2), np.int64)
+    bounded(node.Iallgather(word, table), (word, table))
+    got = np.zeros(1, np.int64)
+    try:
+        readv = ctypes.CDLL(None, use_errno=True).process_vm_readv
+        readv.restype = ctypes.c_ssize_t
+        readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p,
+                          ctypes.c_ulong, ctypes.c_ulong]
+        ok = all(readv(int(pid), ctypes.byref(_Vector(got.ctypes.data, 8)), 1,
+                       ctypes.byref(_Vector(int(at), 8)), 1, 0) == 8 and got[0] == pid
+                 for pid, at in table)
+    except (AttributeError, OSError):       # no such call in this C library
+        ok = False
+    cma = settings.current().cma
+    agreed = np.array([0 if not ok or cma is False else 2 if cma else 1], np.int64)
+    bounded(node.Iallreduce(MPI.IN_PLACE, agreed, MPI.MIN), agreed)
+    return int(agreed[0])
 
 
 def cores_of(node: MPI.Comm) -> int:
@@ -142,11 +183,12 @@ class Channels:
     """A plan's channels for one element size: ``out[peer]``, ``into[peer]`` (comm ranks), the
     calls run so far (None once unusable), and the memory barrier ``sync`` (MPI_Win_sync;
     None on x86-64, which needs none); ``span``: where its ``into`` mailboxes lie in this
-    rank's segment (``(start, end)`` bytes)."""
+    rank's segment (``(start, end)`` bytes); ``attach``: a Stream's, its pool's
+    :attr:`Pool.attach`."""
 
     def __init__(self, out: dict, into: dict, sync, span=(0, 0)):
         self.out, self.into, self.sync, self.calls = out, into, sync, 0
-        self.span, self.released = span, False
+        self.span, self.released, self.attach = span, False, 0
 
 
 class Pool:
@@ -156,7 +198,8 @@ class Pool:
     finds out whether the node has a processor for each of the communicator's ranks on it
     (``cores``, ``oversubscribed``); once a pool has found its node oversubscribed, every
     native program polls a stamp once before Python waits, and every stalled wait naps
-    (:data:`.progress.napping`).
+    (:data:`.progress.napping`). ``attach``: whether its Streams read messages straight
+    from their senders' memory (:func:`readable`: 0 never, 1 large ones, 2 all).
     """
 
     def __init__(self, comm: MPI.Comm, nbytes: int):
@@ -171,6 +214,7 @@ class Pool:
         emulated = Topology.regular(size, per_node).node_of[rank] if per_node else 0
         self.node = shared.Split(emulated, rank)
         shared.Free()
+        self.attach = readable(self.node)
         group, local = comm.Get_group(), self.node.Get_group()
         ranks = MPI.Group.Translate_ranks(group, list(range(size)), local)
         group.Free()
@@ -223,12 +267,14 @@ class Pool:
         if not keys.all():
             return None
         key = keys.tobytes()
-        if not shared:
-            return self._carve({p: [piece] * n for p, n in out.items()},
-                               {p: [piece] * n for p, n in into.items()}, True)
-        if key not in self.streamed:
-            self.streamed[key] = self._carve({p: [piece] * n for p, n in out.items()},
-                                             {p: [piece] * n for p, n in into.items()}, True)
+        if not shared or key not in self.streamed:
+            carved = self._carve({p: [piece] * n for p, n in out.items()},
+                                 {p: [piece] * n for p, n in into.items()}, True)
+            if carved is not None:
+                carved.attach = self.attach
+            if not shared:
+                return carved
+            self.streamed[key] = carved
         return self.streamed[key]
 
     def _carve(self, out: dict, into: dict, whole: bool = False) -> Channels | None:

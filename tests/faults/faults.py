@@ -20,6 +20,8 @@ world = MPI.COMM_WORLD
 rank, size = world.Get_rank(), world.Get_size()
 last = size - 1
 TIMEOUT = float(os.environ["PYAR_TIMEOUT"])
+LARGE = 1 << 18     # float32 elements: a large plan (a Stream, reading the peers' memory where
+                    # the node allows, on one node), after a first good call of it
 
 
 def data(r, n=4, dtype=np.float32):
@@ -52,6 +54,14 @@ def fault(name, comm):
         if culprit:
             time.sleep(TIMEOUT + 1.5)
         return allreduce(comm)
+    if name == "large_sleep":           # ... mid-way through large calls
+        wrong = allreduce(comm, n=LARGE, timeout=60)
+        if culprit:
+            time.sleep(TIMEOUT + 1.5)
+        return allreduce(comm, n=LARGE) or wrong
+    if name == "large_count":
+        wrong = allreduce(comm, n=LARGE, timeout=60)
+        return allreduce(comm, n=LARGE + 4 if culprit else LARGE) or wrong
     if name == "count":                 # after first good calls, different arguments:
         return allreduce(comm, n=5 if culprit else 4)
     if name == "dtype":                 # ... a dtype of the same size

@@ -1,6 +1,7 @@
 """The fault suite: one rank misbehaves after some good calls (skips a call, calls collectives
 in another order, sleeps past the timeout, passes another count, dtype, op or root, exits
-early, is killed, raises under ``-m mpi4py``); every other rank must get a clear pyar error
+early, is killed, raises under ``-m mpi4py``; sleeps or passes another count amid large
+calls); every other rank must get a clear pyar error
 within PYAR_TIMEOUT + 2 s, no call may return a wrong result, nothing may hang past the job's
 timeout, and ``pyar doctor`` on the dumps must name the culprit (rank 2) and the call.
 Each job: tests/faults/faults.py under mpiexec -n 3, bounded by ``timeout``."""
@@ -32,6 +33,9 @@ VERDICTS = {
     "op": ["ranks disagree on allreduce #5: op sum on ranks 0-1, op max on rank 2"],
     "root": ["bcast #5", "rank 2"],
     "exit": ["rank 2 is missing: no dump", "the waits lead to rank 2"],
+    "large_sleep": ["the waits lead to rank 2"],
+    "large_count": ["ranks disagree on allreduce #6: count 262144 on ranks 0-1, count 262148 "
+                    "on rank 2"],
 }
 # the calls whose other ranks may complete correctly (they needed nothing from the culprit)
 MAY_COMPLETE = {"root"}

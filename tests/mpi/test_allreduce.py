@@ -304,6 +304,54 @@ def test_large_calls_on_one_node_stream_through_mailboxes(comm):
           f"on one node with mailboxes: streams {streams}")
 
 
+def test_large_calls_read_from_the_senders_memory_give_the_mailboxes_bits(comm, monkeypatch):
+    """Where every rank of the node may read the others' memory (shm.Pool.attach: the probe,
+    unless PYAR_CMA=0), a Stream's messages are offered and read straight from the sender's
+    buffer (OFFER, GET, GET_FOLD rows): from ATTACH_BYTES, or at any size with PYAR_CMA=1;
+    else they stream through mailboxes in pieces. Both give the same bits, call after call,
+    in place and out of place, for allreduce (ring, rabenseifner), reduce_scatter and
+    allgather, and x is left alone; PYAR_CMA=0 takes the mailboxes."""
+    from pyar.kernels import mailbox
+    from pyar.runtime import settings, shm
+
+    monkeypatch.setattr(settings, "_agreed", settings._agreed)  # (the Comms below agree)
+    count = RESIDENT_BYTES // 4 * 3 + 5 * comm.size + 1
+    results, failures, attached = {}, [], {}
+    for cma in ("0", "1"):
+        monkeypatch.setenv("PYAR_CMA", cma)
+        sub = comm.Dup()
+        got = results[cma] = []
+        for i in range(3):
+            x = sample(comm.rank, count, np.float32, "sum", seed=i)
+            original = x.copy()
+            got.append(pyar.allreduce(x, algorithm="ring", comm=sub))
+            got.append(pyar.allreduce(x, algorithm="rabenseifner", comm=sub))
+            got.append(pyar.reduce_scatter(x, comm=sub))
+            got.append(pyar.allgather(x, comm=sub).ravel())
+            if not np.array_equal(x, original):
+                failures.append(f"PYAR_CMA={cma}, call {i}: x was modified")
+            y = x.copy()
+            got.append(pyar.allreduce(y, y, algorithm="ring", comm=sub).copy())
+        check_against_mpi(comm, got[0], sample(comm.rank, count, np.float32, "sum", seed=0),
+                          "sum", f"PYAR_CMA={cma}: ring")
+        pool = shm.pool_of(pyar.Comm.of(sub).mpi)
+        streams = [s for p in pyar.Comm.of(sub).plans.values()
+                   for v in (p, p.out_of_place()) for s in v._streams.values() if s]
+        attach = pool is not None and pool.attach
+        attached[cma] = attach
+        offers = [bool((s.program[:, 0] == mailbox.OFFER).any()) for s in streams]
+        messages = [bool(s.program[:, 1].any()) for s in streams]    # (a stamp: not local)
+        if cma == "0" and attach:
+            failures.append("PYAR_CMA=0, yet the pool reads from the senders' memory")
+        if offers != [attach and m for m in messages]:
+            failures.append(f"PYAR_CMA={cma}: attach {attach}, streams offering {offers}")
+        sub.Free()
+    for i, (a, b) in enumerate(zip(results["0"], results["1"])):
+        if not np.array_equal(a, b):
+            failures.append(f"result {i} differs between the mailboxes and the senders' memory")
+    agree(comm, not failures, "; ".join(failures[:3]) + f" (attached: {attached})")
+
+
 def test_freeing_a_communicator_frees_its_persistent_requests_and_mailboxes(comm):
     from pyar.runtime import persistent, shm
 

@@ -23,7 +23,8 @@ def keep_agreed(monkeypatch):
 BAD = [("PYAR_RANKS_PER_NODE", "two", "an integer >= 1"),
        ("PYAR_SHM_BYTES", "-1", "an integer >= 0"),
        ("PYAR_TIMEOUT", "soon", "a number of seconds > 0"),
-       ("PYAR_CUDA_AWARE", "yes", "0 .* or 1")]
+       ("PYAR_CUDA_AWARE", "yes", "0 .* or 1"),
+       ("PYAR_CMA", "2", "0 .* or 1")]
 
 
 def outcome(make):

@@ -1,5 +1,6 @@
 """`pyar info` and `pyar sim` (`pyar bench`: test_bench.py)."""
 
+import os
 import subprocess
 import sys
 
@@ -14,6 +15,20 @@ def test_info_names_versions_library_and_algorithms():
                    "allreduce algorithms: bine, binomial, double_binary_tree, hierarchical, ",
                    "alltoall algorithms: linear, pairwise, mpi"):
         assert needle in out, out
+
+
+def test_info_says_how_large_messages_move_in_a_node():
+    """One rank reads its own memory: the probe passes where process_vm_readv exists, and
+    PYAR_CMA=0 names itself as the reason for the mailboxes."""
+    lines = {}
+    for cma in ("1", "0"):
+        proc = subprocess.run([sys.executable, "-m", "pyar", "info"], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYAR_CMA": cma})
+        assert proc.returncode == 0, proc.stderr
+        lines[cma] = next(line for line in proc.stdout.splitlines()
+                          if line.startswith("large messages in a node: "))
+    assert lines["0"].endswith("through shared-memory mailboxes (PYAR_CMA=0)"), lines
+    assert "process_vm_readv" in lines["1"] and lines["1"].endswith("(PYAR_CMA=1)"), lines
 
 
 def test_sim_reports_traffic_and_correctness():

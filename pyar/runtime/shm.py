@@ -11,7 +11,8 @@ shared window per communicator and node (:class:`Pool`,
 the receiver's segment::
 
     [message 0: two halves | message 1: two halves | ...]
-    half: [stamp | bytes], from a cache line on
+    half: [stamp | bytes], from a cache line on (a half of a page or more:
+          from the middle of a page, see Channel.layout)
 
 A half's ``stamp`` is 0 while it is free; the sender copies a message in,
 then sets the stamp to the call's mark (``_mark`` in :mod:`pyar.runtime.plan`: the
@@ -79,6 +80,8 @@ from . import progress, settings
 POOL_BYTES = 4 << 20        # each rank's segment of a communicator's window
 _LINE = 64                  # bytes: every half starts on a cache line
 _STAMP = 8                  # bytes: a half's stamp, in its first line with its first bytes
+_PAGE = 4096                # bytes: what addresses alias modulo (see Channel.layout)
+_OFFSET = _PAGE // 2        # where in a page a half of a page or more starts
 _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store order
 PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
 _patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
@@ -160,23 +163,42 @@ class Channel:
 
     def __init__(self, peer: int, segment: np.ndarray, base: int, sizes: list[int]):
         self.peer, self.slots, self.stamps, self.addresses = peer, [], [], []
-        origin, at = segment.ctypes.data, base
-        for n in sizes:
-            step = _aligned(_STAMP + n)
-            self.stamps.append((_word(segment, at), _word(segment, at + step)))
-            self.addresses.append((origin + at, origin + at + step,
-                                   origin + at + _STAMP, origin + at + step + _STAMP))
-            at += _STAMP
-            self.slots.append((segment[at:at + n], segment[at + step:at + step + n]))
-            at += 2 * step - _STAMP
+        origin = segment.ctypes.data
+        starts, _ = Channel.layout(origin, base, sizes)
+        for n, (first, second) in zip(sizes, starts):
+            self.stamps.append((_word(segment, first), _word(segment, second)))
+            self.addresses.append((origin + first, origin + second,
+                                   origin + first + _STAMP, origin + second + _STAMP))
+            self.slots.append((segment[first + _STAMP:first + _STAMP + n],
+                               segment[second + _STAMP:second + _STAMP + n]))
 
     def halves(self, k: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
         """Message k's two halves, as arrays of ``dtype``."""
         return tuple(half.view(dtype) for half in self.slots[k])
 
     @staticmethod
-    def bytes(sizes: list[int]) -> int:
-        return sum(2 * _aligned(_STAMP + n) for n in sizes)
+    def layout(origin: int, at: int, sizes: list[int]) -> tuple[list[tuple[int, int]], int]:
+        """Where the two halves of each message of ``sizes`` bytes start (their stamps), in a
+        segment at address ``origin`` from byte ``at`` on, and where the channel ends.
+
+        A half starts on a cache line; one of a page or more starts half a page into a page
+        (:data:`_OFFSET`), so that its bytes lie about 2 KiB away, in their address's low 12
+        bits, from those of a page-aligned buffer (as numpy's, torch's and MPI's large ones
+        are, give or take a few bytes). A copy or fold between addresses a few hundred bytes
+        apart in those bits runs up to 3x slower on x86-64 (4K aliasing: a load whose low
+        12 bits match a store still in flight waits for it), and the offsets a carving
+        would otherwise meet depend on what was carved before it.
+        """
+        starts = []
+        for n in sizes:
+            pair = []
+            for _ in range(2):
+                if n >= _PAGE:
+                    at += (_OFFSET - origin - at) % _PAGE
+                pair.append(at)
+                at += _aligned(_STAMP + n)
+            starts.append(tuple(pair))
+        return starts, at
 
 
 class Channels:
@@ -287,7 +309,7 @@ class Pool:
         for peer in sorted(into):
             row = table[self.local[peer]]
             row[:] = mine_at, _digest(into[peer]), 0
-            mine_at += Channel.bytes(into[peer])
+            _, mine_at = Channel.layout(mine.ctypes.data, mine_at, into[peer])
         for peer, sizes in out.items():
             table[self.local[peer], 2] = _digest(sizes)
         fits = np.array([mine_at <= len(mine)], np.int64)

@@ -20,7 +20,7 @@ class Pair:
     receiver's program over it (rows built as pyar.runtime.programs.Resident builds them)."""
 
     def __init__(self, sizes, srcs, dsts, kinds):
-        self.segment = np.zeros(4096 + sum(2 * (n + 128) for n in sizes), np.uint8)
+        self.segment = np.zeros(4096 + sum(2 * (n + 4096) for n in sizes), np.uint8)
         base = -self.segment.ctypes.data % 64
         self.channel = Channel(1, self.segment, base, sizes)
         self.keep = srcs, dsts

@@ -2,6 +2,7 @@
 itself runs under MPI: tests/mpi, at every rank count of the matrix)."""
 
 import numpy as np
+import pytest
 from mpi4py import MPI
 
 from pyar.runtime import settings
@@ -27,7 +28,7 @@ def test_a_channel_puts_each_half_on_cache_lines_of_its_own_with_its_stamp_first
     segment = np.zeros(4096, np.uint8)
     sizes = [8, 100, 64]
     channel = shm.Channel(3, segment, 128, sizes)     # each half: [stamp | bytes], aligned
-    assert shm.Channel.bytes(sizes) == 2 * (64 + 128 + 128)
+    assert shm.Channel.layout(segment.ctypes.data, 128, sizes)[1] == 128 + 2 * (64 + 128 + 128)
     starts = [half.ctypes.data - segment.ctypes.data for k in range(3)
               for half in channel.slots[k]]
     assert starts == [136, 200, 264, 392, 520, 648]
@@ -37,3 +38,22 @@ def test_a_channel_puts_each_half_on_cache_lines_of_its_own_with_its_stamp_first
             channel.stamps[k][h][0] = 10 * k + h + 1
     assert [segment[at - 8:at].view(np.int64)[0] for at in starts] == [1, 2, 11, 12, 21, 22]
     assert channel.halves(1, np.dtype(np.float32))[1].shape == (25,)
+
+
+@pytest.mark.parametrize("base", [0, 64, 2048, 4032])
+def test_a_half_of_a_page_or_more_starts_mid_page_away_from_page_aligned_buffers(base):
+    segment = np.zeros(8 << 20, np.uint8)
+    origin = segment.ctypes.data
+    base += -origin % 4096
+    sizes = [1 << 17, 100, 4096, 4095]
+    channel = shm.Channel(1, segment, base, sizes)
+    starts, end = shm.Channel.layout(origin, base, sizes)
+    stamps = [a for pair in channel.addresses for a in pair[:2]]
+    assert stamps == [origin + at for pair in starts for at in pair]
+    pages = [at % 4096 for at in stamps]
+    assert pages[:2] == pages[4:6] == [2048, 2048]          # 128 KiB and 4 KiB: mid-page
+    assert all(at % 64 == 0 for at in stamps)               # the others: on a cache line
+    assert stamps[2] - stamps[1] == 64 + (1 << 17) and stamps[3] - stamps[2] == 128
+    assert stamps[6] - stamps[5] == 64 + 4096 and stamps[7] - stamps[6] == 4096 + 64
+    assert all(a < b for a, b in zip(stamps, stamps[1:]))   # in order, none overlapping
+    assert origin + end == stamps[-1] + 4096 + 64

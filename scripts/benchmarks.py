@@ -8,6 +8,10 @@ python: MPICH's ``.venv``, Open MPI's ``.venv-openmpi``):
   timed in the same run, in batches taking turns, out of place and in place;
 - ``pyar overlap`` (under the first library): a training step's bucket allreduces behind
   compute, blocking, nonblocking and with a progress thread;
+- the cost model against measurement (under the first library): ``pyar tune``, then
+  ``pyar bench -a all,auto`` 8 B - 64 MiB by 2x under that tuning file: every algorithm's
+  measured time beside the model's prediction at 1, 4, 16 and 64 MiB, and ``auto``'s
+  regret (its time over the fastest algorithm's) at every size;
 - the simulator at scale: ``pyar sim`` at 1,024 ranks with data (the classics, and the
   algorithms of the last few years: :data:`RECENT`), 16,384 without.
 
@@ -52,20 +56,22 @@ RECENT = [
 ]
 
 
-def sh(command: list[str], timeout: int) -> str:
-    """Run ``command`` in the repository root, bounded; its stdout (an error if it fails)."""
+def sh(command: list[str], timeout: int, env: dict | None = None) -> str:
+    """Run ``command`` in the repository root, bounded, with ``env`` added to the environment;
+    its stdout (an error if it fails)."""
     proc = subprocess.run(["timeout", "-k", "10", str(timeout), *command], cwd=ROOT,
                           capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"})
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg",
+                               **(env or {})})
     if proc.returncode:
         raise SystemExit(f"{' '.join(command)} exited {proc.returncode}\n{proc.stdout[-3000:]}"
                          f"\n{proc.stderr[-3000:]}")
     return proc.stdout
 
 
-def mpi(python: str, *args: str, timeout: int = 1800) -> str:
+def mpi(python: str, *args: str, timeout: int = 1800, env: dict | None = None) -> str:
     """``mpiexec -n 2 python -m mpi4py ARGS`` with that venv's MPI (launch.py by its path)."""
-    return sh([python, str(LAUNCH), "-n", "2", python, "-m", "mpi4py", *args], timeout)
+    return sh([python, str(LAUNCH), "-n", "2", python, "-m", "mpi4py", *args], timeout, env)
 
 
 def machine() -> dict:
@@ -112,6 +118,14 @@ def run(args) -> None:
             "--json", str(bench), "--plot", str(out / f"bench-{tag}.png"))
         report["libraries"].append({**lib, "tag": tag, "bench": bench.name,
                                     "plot": f"bench-{tag}.png"})
+    tag = report["libraries"][0]["tag"]
+    tuning, algorithms = out / f"tuning-{tag}.json", out / f"algorithms-{tag}.json"
+    mpi(pythons[0], "-m", "pyar", "tune", *(["--quick"] if quick else []), "-o", str(tuning))
+    every = ["-b", "1M", "-e", "4M", "-f", "4", "-n", "3", "-w", "1"] if quick else \
+        ["-b", "8", "-e", "64M", "-f", "2"]
+    mpi(pythons[0], "-m", "pyar", "bench", *every, "-a", "all,auto", "-c", "0", "--json",
+        str(algorithms), env={"PYAR_TUNING_FILE": str(tuning)})
+    report["model"] = {"library": tag, "tuning": tuning.name, "bench": algorithms.name}
     overlap = ["--repeats", "2", "--bytes", "64K"] if quick else []
     report["overlap"] = mpi(pythons[0], "-m", "pyar", "overlap", *overlap)
     sims = [["-a", "ring,rabenseifner", "-N", "64", "--count", "1024"],
@@ -159,6 +173,43 @@ def library_table(bench: dict) -> list[str]:
     return lines
 
 
+MODEL_SIZES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)   # the model table's sizes
+
+
+def model_table(out: Path, model: dict) -> list[str]:
+    """The model's prediction beside the measured time of each algorithm ``auto`` considers at
+    :data:`MODEL_SIZES`, and auto's regret at every size of the bench."""
+    from pyar.model import tuner    # (here: importing pyar initialises MPI, which `run`,
+                                    # the parent of mpiexec jobs, must not)
+    params = tuner.load(out / model["tuning"])
+    bench = json.loads((out / model["bench"]).read_text())
+    table, names = rows(bench), tuner.candidates("allreduce")
+    sizes = [n for n in MODEL_SIZES if ("auto", n) in table]
+    lines = ["| algorithm | " + " | ".join(f"{size_text(n)}: model / measured (us)"
+                                            for n in sizes) + " |",
+             "|---|" + "---:|" * len(sizes)]
+    worst = 0.0
+    for name in names:
+        cells = []
+        for n in sizes:
+            predicted = tuner.predictions("allreduce", 2, n // 4, "float32", params,
+                                          [name])[name][0].time * 1e6
+            measured = table[name, n]["out_of_place"]["time_us"]
+            worst = max(worst, abs(predicted / measured - 1))
+            cells.append(f"{predicted:.0f} / {measured:.0f} ({predicted / measured:.2f})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    regret = bench["summary"]["auto_regret"]
+    chosen = ", ".join(f"{size_text(r['size'])} {r['chosen']}" for r in regret
+                       if r["size"] in sizes)
+    over = [f"{size_text(r['size'])} {r['regret']:.2f}x" for r in regret if r["regret"] > 1.1]
+    return lines + [
+        "", f"`auto` chose: {chosen}. Model and measurement differ by up to "
+        f"{worst:.0%} in this table. auto's regret (its time over the fastest pyar "
+        f"algorithm's, every size 8 B - 64 MiB by 2x): within 10% at "
+        f"{len(regret) - len(over)} of {len(regret)} sizes"
+        + (f"; over it at {', '.join(over)}" if over else "") + "."]
+
+
 def write(args) -> None:
     out, markdown = Path(args.out), Path(args.markdown)
     report = json.loads((out / "run.json").read_text())
@@ -186,6 +237,14 @@ def write(args) -> None:
         lines += ["", f"## {lib['name']}", "", *library_table(benches[lib["tag"]]), "",
                   f"![time and busbw against size, {lib['name']}]"
                   f"({Path(args.out).as_posix()}/{lib['plot']})"]
+    model = report.get("model")
+    if model:
+        lines += ["", "## The cost model against measurement", "",
+                  f"Under {first['name']}, 2 ranks, float32 sum, out of place: `pyar tune`'s "
+                  "parameters (its memory terms included) predict each algorithm `auto` "
+                  "considers (`pyar model -N 2 --bytes SIZE -a all`); beside it the time "
+                  "`pyar bench -b 8 -e 64M -f 2 -a all,auto` measured under that tuning file "
+                  "(model / measured in brackets).", "", *model_table(out, model)]
     lines += ["", "## Overlap", "", "`pyar overlap` on 2 ranks, under "
               f"{first['name']}: a training step's bucket allreduces behind compute.", "",
               "```text", report["overlap"].rstrip(), "```",

@@ -178,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--stepfactor", type=int, default=4, help="--sweep's factor (default 4)")
     p.add_argument("--plot", metavar="FILE.png", help="draw the sweep (needs matplotlib)")
     _load_option(p)
-    p = sub.add_parser("tune", help="measure alpha, beta, gamma, delta and write the tuning "
-                                    "file (run under mpiexec -n 2)")
+    p = sub.add_parser("tune", help="measure alpha, beta, gamma, delta and the memory terms "
+                                    "and write the tuning file (run under mpiexec -n 2)")
     p.add_argument("--quick", action="store_true", help="a short, rougher measurement")
     _load_option(p)
     p.add_argument("-o", "--output", default=None,

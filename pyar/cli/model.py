@@ -45,6 +45,8 @@ def machine(args):
     for flag, field in (("bw", "beta"), ("bw_inter", "beta_inter")):
         if getattr(args, flag) is not None:
             changes[field] = 1e-9 / _positive(getattr(args, flag), flag, strict=True)
+    if args.bw is not None:
+        changes["memory"] = ()      # (measured against the link that --bw replaces)
     if changes:
         params = params._replace(**changes)
         where += " with " + ", ".join(f"--{k.replace('_', '-')}" for k in
@@ -109,12 +111,24 @@ def _header(params, dtype, where) -> None:
           f"({1e-9 / params.beta if params.beta else math.inf:.3g} GB/s){far}, "
           f"gamma({dtype}) {params.gamma_of(dtype) * 1e9:.3g} ns/B, "
           f"delta {describe_delta(params)}, eager limit {describe_eager(params)}")
+    print(f"# memory terms {describe_memory(params)}")
 
 
 def describe_delta(params) -> str:
     """The overhead per step, and the buffers that do not pay it, in words."""
     free = f" (none up to a {int(params.resident)} B buffer)" if params.resident else ""
     return f"{params.delta * 1e6:.3g} us per step{free}"
+
+
+def describe_memory(params) -> str:
+    """The memory terms (per byte sent, per byte folded and per step on one node, by buffer
+    size), in words."""
+    if not params.memory:
+        return "none (bytes cost beta and gamma at every size)"
+    rows = ", ".join(f"{format_size(int(n))}B {b * 1e9:.3g}/{g * 1e9:.3g}/{d * 1e6:.3g}"
+                     for n, b, g, d in params.memory)
+    return (f"(one node, buffers above {int(params.resident)} B; by buffer size, ns per byte "
+            f"sent/ns per byte folded/us per step): {rows}")
 
 
 def describe_eager(params) -> str:
@@ -153,11 +167,11 @@ def main(args) -> int:
     rows = tuner.predictions(args.collective, n, count, dtype, params, names,
                              exact=args.schedule, topology=topology)
     print(f"# {'algorithm':<20}{'time(us)':>12}{'alpha':>11}{'beta':>11}{'gamma':>11}"
-          f"{'delta':>11}{'rndv':>11}{'messages':>10}{'steps':>7}  from")
+          f"{'delta':>11}{'rndv':>11}{'memory':>11}{'messages':>10}{'steps':>7}  from")
     for name, (p, source) in rows.items():
         print(f"  {name:<20}{p.time * US:>12.2f}{p.alpha * US:>11.2f}{p.beta * US:>11.2f}"
               f"{p.gamma * US:>11.2f}{p.delta * US:>11.2f}{p.rendezvous * US:>11.2f}"
-              f"{p.terms.messages:>10.0f}{p.terms.steps:>7.0f}  {source}")
+              f"{p.memory * US:>11.2f}{p.terms.messages:>10.0f}{p.terms.steps:>7.0f}  {source}")
     if args.algo == "all":
         best = min(sorted(rows), key=lambda k: rows[k][0].time) if rows else "none"
         print(f"# auto picks: {best}")
@@ -192,11 +206,17 @@ def explain(collective, name, n, count, dtype, params, topology) -> cost.Predict
     print(f"#         beta {p.beta * US:.3f} us{per(t.bytes, params.beta * US)} (bytes x us/B)")
     print(f"#         gamma {p.gamma * US:.3f} us = {t.folded:.6g} x "
           f"{params.gamma_of(dtype) * US:.6g} (bytes folded x us/B)")
-    print(f"#         delta {p.delta * US:.3f} us ({t.steps:.0f} steps posted; "
-          f"{describe_delta(params)})")
+    local = topology is None or len(topology.nodes) == 1
+    beta, folding, step = params.rates(count * dtype.itemsize, params.gamma_of(dtype), local)
+    print(f"#         delta {p.delta * US:.3f} us = {t.steps:.0f} x {step * US:.3g} (steps "
+          f"posted x us at this buffer size; {describe_delta(params)})")
     print(f"#         rendezvous {p.rendezvous * US:.3f} us ({t.messages:.0f} messages x "
           f"{params.rendezvous * US:.3g} us if they average over the eager limit)")
-    print(f"# total {p.time * US:.3f} us = alpha + beta + gamma + delta + rendezvous")
+    print(f"#         memory {p.memory * US:.3f} us = {t.bytes:.6g} x "
+          f"{(beta - params.beta) * US:.6g} + {t.folded:.6g} x "
+          f"{(folding - params.gamma_of(dtype)) * US:.6g} (bytes and bytes folded x what "
+          f"memory adds per byte at this buffer size: {describe_memory(params)})")
+    print(f"# total {p.time * US:.3f} us = alpha + beta + gamma + delta + rendezvous + memory")
     return p
 
 

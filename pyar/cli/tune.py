@@ -25,8 +25,14 @@ placed). What is measured, each the lower quartile of many timed calls:
   memory, where there is no such limit.)
 - ``gamma`` per dtype: :func:`pyar.kernels.reduce_into` (sum) on arrays of
   :data:`FOLD_BYTES` (256 KiB), which stay in cache as the chunks a step
-  folds mostly do; folding from memory (MiBs) is about twice as slow per byte,
-  which matters little there, where bytes on the wire (beta) decide.
+  folds mostly do.
+- ``memory``, the memory terms (:mod:`pyar.model.cost`): for a float32 buffer of
+  each of :data:`MEMORY_BYTES`, the time of a pyar schedule of one step in
+  which both ranks send the buffer's first half and receive the other's into
+  their second half, in place on the runtime's large-message path, copied
+  (``beta``: seconds per byte sent), folded (``gamma``: the difference, per
+  byte folded) and copied in 16 steps (``delta``: the difference, per step
+  beyond the first), the three taken in turn.
 
 Every wait between phases is bounded (:data:`PHASE_SECONDS`); within a
 phase the ranks run a known number of blocking exchanges, and under
@@ -53,13 +59,16 @@ from ..model import cost, tuner
 from ..runtime import library, progress
 from ..runtime.comm import Comm
 from ..runtime.plan import RESIDENT_BYTES
-from .model import describe_delta, describe_eager
+from .model import describe_delta, describe_eager, describe_memory
 
 PHASE_SECONDS = 600.0       # the longest any rank waits for the others between phases
 FOLD_BYTES = 1 << 18        # the arrays gamma is measured on
-STEPS = (1, 33)             # schedule lengths whose difference gives the per-step time
+MEMORY_BYTES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)    # the memory terms' buffers
+STEPS = (1, 129)            # schedule lengths whose difference gives the per-step time
 ATTEMPTS = 3                # measurements of that difference, twice the calls each time
 _NAME = "_pyar_tune_steps"
+_HALVES = {"_pyar_tune_exchange": (False, 1), "_pyar_tune_exchange_fold": (True, 1),
+           "_pyar_tune_exchange_16": (False, 16)}     # the memory terms' schedules: (fold, steps)
 
 
 def _barrier(comm, seconds: float = PHASE_SECONDS) -> None:
@@ -123,10 +132,13 @@ _PAD = RESIDENT_BYTES // 8 + 1  # float64 elements: a buffer this big runs on th
 def _steps(rank, size, count, topology=None):
     """One-element exchanges with the partner rank (2 ranks only): ``count - _PAD`` of them in
     a buffer of ``count >= _PAD`` float64 elements (the runtime's general path), else
-    ``count - 2`` (a small plan, on a Resident)."""
+    ``count - 2`` (a small plan, on a Resident). Each sends what the one before received,
+    as an algorithm's steps do: independent steps would overlap in the runtime's pipeline
+    and measure a copy, not a step."""
     peer = 1 - rank
-    return [Step([Send(peer, Chunk("data", 0, 1)), Recv(peer, Chunk("data", 1, 2))])
-            for _ in range(count - _PAD if count >= _PAD else count - 2)]
+    return [Step([Send(peer, Chunk("data", i % 2, i % 2 + 1)),
+                  Recv(peer, Chunk("data", 1 - i % 2, 2 - i % 2))])
+            for i in range(count - _PAD if count >= _PAD else count - 2)]
 
 
 def _step_times(pair, iters: int) -> tuple[float, float, float]:
@@ -154,6 +166,41 @@ def _step_times(pair, iters: int) -> tuple[float, float, float]:
     general, _ = slope(_PAD)
     comm.free()
     return resident, per_call, general
+
+
+def _halves(fold: bool, steps: int):
+    """A builder: each of 2 ranks sends its buffer's first half to the other and receives the
+    other's into its second half (folded if ``fold``), in ``steps`` steps."""
+    def exchange(rank, size, count, topology=None):
+        half = count // 2
+        cuts = [half * k // steps for k in range(steps + 1)]
+        return [Step([Send(1 - rank, Chunk("data", lo, hi)),
+                      Recv(1 - rank, Chunk("data", half + lo, half + hi), fold)])
+                for lo, hi in zip(cuts, cuts[1:])]
+    return exchange
+
+
+def _memory(pair, iters: int) -> tuple:
+    """The memory terms: ``(buffer bytes, beta, gamma, delta)`` for each of
+    :data:`MEMORY_BYTES`, rank 0's measurement (broadcast)."""
+    for name, shape in _HALVES.items():
+        register_algorithm(name)(_halves(*shape))
+    comm = Comm(pair)
+    rows = []
+    for nbytes in MEMORY_BYTES:
+        x = np.ones(nbytes // 4, np.float32)
+        calls = [lambda name=name: api.allreduce(x, x, algorithm=name, comm=comm)
+                 for name in _HALVES]
+        for call in calls:
+            call()                      # compile the plans and carve their mailboxes
+        _barrier(pair)
+        copy, folded, split = pair.bcast(
+            _typicals(calls, max(8, min(iters, (64 << 20) // nbytes))), root=0)
+        steps = _HALVES["_pyar_tune_exchange_16"][1]
+        rows.append((float(nbytes), 2 * copy / nbytes, 2 * max(0.0, folded - copy) / nbytes,
+                     max(0.0, split - copy) / (steps - 1)))
+    comm.free()
+    return tuple(rows)
 
 
 EAGER_SIZES = tuple(int(1024 * 2 ** (k / 2)) // 64 * 64 for k in range(17))   # 1 - 256 KiB
@@ -225,6 +272,7 @@ def run(quick: bool = False, comm=None):
         eager, rendezvous = find_eager(
             lambda n: pair.bcast(_exchange_time(pair, n, iters), root=0), latency, beta)
         alpha, per_call, per_step = _step_times(pair, iters)
+        memory = _memory(pair, iters)
         host = platform.node()
         crc = zlib.crc32(host.encode())
         crcs = np.array([crc, -crc], np.int64)
@@ -232,7 +280,7 @@ def run(quick: bool = False, comm=None):
         if rank == 0:
             gamma = _gamma(FOLD_BYTES, iters)
             params = cost.Params(alpha, beta, gamma, max(0.0, per_step - alpha), eager,
-                                 rendezvous, RESIDENT_BYTES)
+                                 rendezvous, RESIDENT_BYTES, memory=memory)
             measured = {"ranks": size, "host": host, "same_host": int(crcs[0]) == -int(crcs[1]),
                         "mpi": library.current().description,
                         "per_call_overhead": max(0.0, per_call), "mpi_latency": latency,
@@ -262,5 +310,6 @@ def main(args) -> int:
         print(f"eager limit {describe_eager(params)}")
         print("gamma (ns/B): " + ", ".join(f"{k} {v * 1e9:.3g}"
                                            for k, v in params.gamma.items()))
+        print(f"memory terms {describe_memory(params)}")
         print(f"# wrote {path}")
     return 0

@@ -26,13 +26,31 @@ The model is a discrete-event timeline over the steps of all ranks:
   each receive that folds (the folds run one after another at the end of the
   step, as the runtime does them).
 - A message from a rank to itself (a local copy or fold) takes no wire time and
-  no port: its fold is charged ``b*gamma`` as any other; a local copy is free
-  (the model has no term for memory traffic).
+  no port: its fold is charged ``b*gamma`` as any other; a local copy is free.
+
+**Memory terms.** ``beta`` and ``gamma`` are what a byte costs while it
+stays in cache: ``pyar tune`` measures beta on MPI's exchanges of 1 - 4 MiB
+and gamma on 256 KiB arrays. A large plan within a node moves its bytes
+through the node's memory, which its ranks share, on the runtime's own path
+(:mod:`pyar.runtime.programs`: mailboxes or reads from the sender's
+memory). ``Params.memory`` holds what a byte sent, a byte folded and a step
+cost there: ``pyar tune`` times two ranks of a node exchanging half of a
+buffer of 1, 4, 16 and 64 MiB at once, in place, copied, folded, and copied
+in 16 steps. For a schedule on one node whose buffer is above ``resident``
+bytes, a message costs ``alpha + b*beta_m``, a fold ``b*max(gamma,
+gamma_m)`` and a step ``delta_m``, those of the buffer's size (in log size
+between the measured ones; :meth:`Params.rates`). The prediction's
+``memory`` part is what ``beta_m`` and ``gamma_m`` add over the in-cache
+terms (``delta_m`` is in its ``delta``). Limits: the rows are measured with
+two ranks of a node streaming at once, so a step where fewer ranks of the
+node move bytes (a tree's root alone) is overestimated, and more ranks per
+node share the memory more than the rows say; schedules over several nodes
+get no memory terms (the network decides there).
 
 The time of the schedule is when its last rank ends. :func:`predict` also
-splits that time along the critical path into its alpha, beta, gamma and
-delta terms, and with ``trace=True`` keeps the path itself, event by event
-(:func:`critical_path`: what ``pyar model --explain`` prints). On a machine
+splits that time along the critical path into its alpha, beta, gamma,
+delta and memory terms, and with ``trace=True`` keeps the path itself, event
+by event (:func:`critical_path`: what ``pyar model --explain`` prints). On a machine
 with two link classes (``Params.alpha_inter``, ``beta_inter``) and a
 topology, a message between nodes costs ``alpha_inter + b*beta_inter``.
 
@@ -112,7 +130,9 @@ class Params(NamedTuple):
     ``alpha_inter`` and ``beta_inter``: per message and per byte between ranks on
     different nodes of a topology (None: as within a node). ``network``: the links every
     message is routed over (see the module docstring; None: ports only). ``ports``: the
-    messages a rank sends, and receives, at once, each at ``beta``."""
+    messages a rank sends, and receives, at once, each at ``beta``. ``memory``: the memory
+    terms (see the module docstring), rows ``(buffer bytes, beta, gamma, delta)`` in
+    increasing size, as ``pyar tune`` measures them (empty: none)."""
 
     alpha: float
     beta: float
@@ -125,11 +145,35 @@ class Params(NamedTuple):
     beta_inter: float | None = None
     network: object = None      # a pyar.model.network.Network, or None (no links modelled)
     ports: int = 1
+    memory: tuple = ()          # ((buffer bytes, beta, gamma, delta), ...) on one node
 
     def gamma_of(self, dtype) -> float:
         """Seconds per byte folded for ``dtype``; for a dtype not measured, the slowest one's."""
         found = self.gamma.get(np.dtype(dtype).name)
         return max(self.gamma.values()) if found is None else found
+
+    def rates(self, nbytes: float, gamma: float, local: bool = True
+              ) -> tuple[float, float, float]:
+        """Seconds per byte sent, per byte folded and per step posted for a buffer of
+        ``nbytes`` (``gamma``: the dtype's in cache), on one node if ``local``: at most
+        ``resident`` bytes, ``beta``, ``gamma`` and no step overhead; above, the memory
+        rows' on one node (in log size between two rows, the nearest row's outside them; a
+        fold costs the larger of the dtype's and the row's), else ``beta``, ``gamma`` and
+        ``delta``."""
+        rows = self.memory
+        if nbytes <= self.resident:
+            return self.beta, gamma, 0.0
+        if not rows or not local:
+            return self.beta, gamma, self.delta
+        if nbytes <= rows[0][0] or len(rows) == 1:
+            _, beta, folded, step = rows[0]
+        elif nbytes >= rows[-1][0]:
+            _, beta, folded, step = rows[-1]
+        else:
+            k = next(i for i in range(1, len(rows)) if nbytes <= rows[i][0])
+            w = math.log(nbytes / rows[k - 1][0]) / math.log(rows[k][0] / rows[k - 1][0])
+            beta, folded, step = (a + w * (b - a) for a, b in zip(rows[k - 1][1:], rows[k][1:]))
+        return beta, max(gamma, folded), step
 
     @property
     def links(self) -> bool:
@@ -153,27 +197,34 @@ class Prediction(NamedTuple):
     delta: float
     terms: Terms
     rendezvous: float = 0.0
+    memory: float = 0.0
 
     @classmethod
-    def of(cls, terms: Terms, params: Params, gamma: float, nbytes: float) -> Prediction:
-        """The time of ``terms`` for a schedule whose buffer is ``nbytes``."""
-        resident = nbytes <= params.resident
+    def of(cls, terms: Terms, params: Params, gamma: float, nbytes: float,
+           local: bool = True) -> Prediction:
+        """The time of ``terms`` for a schedule whose buffer is ``nbytes``; ``local``: on one
+        node (then with the memory terms)."""
+        beta, folding, delta = params.rates(nbytes, gamma, local)
         parts = (terms.messages * params.alpha, terms.bytes * params.beta,
-                 terms.folded * gamma, 0.0 if resident else terms.steps * params.delta)
-        late = not resident and terms.bytes > params.eager * terms.messages  # no messages: never
-        rendezvous = terms.messages * params.rendezvous if late else 0.0
-        return cls(sum(parts) + rendezvous, *parts, terms, rendezvous)
+                 terms.folded * gamma, terms.steps * delta)
+        late = nbytes > params.resident and terms.bytes > params.eager * terms.messages
+        rendezvous = terms.messages * params.rendezvous if late else 0.0   # (none: no messages)
+        memory = terms.bytes * (beta - params.beta) + terms.folded * (folding - gamma)
+        return cls(sum(parts) + rendezvous + memory, *parts, terms, rendezvous, memory)
 
     @classmethod
-    def of_path(cls, path, params: Params, nbytes: float) -> Prediction:
+    def of_path(cls, path, params: Params, nbytes: float, gamma: float,
+                local: bool) -> Prediction:
         """The time of a timeline path (:func:`_timeline`), whose alpha and beta seconds it
-        carries (they differ by link with two link classes)."""
+        carries (they differ by link with two link classes), charged ``gamma`` per byte folded
+        in cache and the memory terms if ``local`` (see :func:`predict`)."""
         _, messages, sent, folded, nsteps, alpha, beta, _ = path
         terms = Terms(messages, sent, folded, nsteps)
-        plain = cls.of(terms, params, 0.0, nbytes)
-        gamma = path[0] - alpha - beta - plain.delta
-        return cls(alpha + beta + gamma + plain.delta + plain.rendezvous, alpha, beta, gamma,
-                   plain.delta, terms, plain.rendezvous)
+        plain = cls.of(terms, params, gamma, nbytes, local)     # its delta, rendezvous, memory
+        sending = sent * (params.rates(nbytes, gamma, local)[0] - params.beta)
+        folds = path[0] - alpha - beta - plain.delta - (plain.memory - sending)
+        return cls(path[0] + plain.rendezvous, alpha, beta - sending, folds, plain.delta, terms,
+                   plain.rendezvous, plain.memory)
 
 
 def formula(collective: str, algorithm: str, size: int, count: int, dtype,
@@ -209,8 +260,9 @@ def estimate(collective: str, algorithm: str, size: int, count: int, dtype, para
         params.links and topology is not None and len(topology.nodes) > 1)
     terms = None if exact else formula(collective, algorithm, size, count, dtype, topology)
     if terms is not None:
-        return Prediction.of(terms, params, params.gamma_of(dtype), count * dtype.itemsize), \
-            "formula"
+        local = topology is None or len(topology.nodes) == 1
+        return Prediction.of(terms, params, params.gamma_of(dtype), count * dtype.itemsize,
+                             local), "formula"
     schedule = build(collective, algorithm, size, count, builder(algorithm, collective),
                      topology)
     return predict(schedule, params, dtype), "schedule"
@@ -234,8 +286,10 @@ def predict(schedule: Schedule, params: Params, dtype="float32", *, trace: bool 
     itemsize = np.dtype(dtype).itemsize
     gamma = params.gamma_of(dtype)
     nbytes = schedule.count * itemsize
-    delta = 0.0 if nbytes <= params.resident else params.delta
     node_of = schedule.topology.node_of if schedule.topology and params.links else None
+    local = params.network is None and (schedule.topology is None
+                                        or len(schedule.topology.nodes) == 1)
+    beta, folding, delta = params.rates(nbytes, gamma, local)
     table = schedule.table()
     net = None
     if params.network is not None:
@@ -243,9 +297,10 @@ def predict(schedule: Schedule, params: Params, dtype="float32", *, trace: bool 
         latency, congestion = np.zeros(table.rank.size), np.zeros(table.rank.size)
         latency[table.send], congestion[table.send] = traffic.latency, traffic.congestion
         net = (latency.tolist(), congestion.tolist())
-    finish = _timeline(table, itemsize, params, gamma, delta, node_of, trace, net)
+    finish = _timeline(table, itemsize, params._replace(beta=beta), folding, delta, node_of,
+                       trace, net)
     last = max(finish, default=_ZERO, key=lambda path: path[0])
-    prediction = Prediction.of_path(last, params, nbytes)
+    prediction = Prediction.of_path(last, params, nbytes, gamma, local)
     if trace:
         _traces[id(prediction)] = (prediction, last[7])
     return prediction

@@ -52,17 +52,21 @@ from . import cost, network
 FORMAT = "pyar-tuning/1"
 
 # The shipped defaults: what `pyar tune` measures (mpiexec -n 2, the MPICH wheel, one node)
-# on a 2-core VM, medians of runs, each the lower quartiles of many timed calls. alpha is a
-# step of a small plan (messages through shared-memory mailboxes); delta what a step of the
-# general path adds; eager the limit of MPI's own messages, rendezvous the cost beyond it;
-# gamma per dtype on 256 KiB arrays, which stay in cache (from memory, float32 folds take
-# about 0.075 ns/B). Run `pyar tune` on your own machine.
+# on a 2-core VM, medians of three runs, each the lower quartiles of many timed calls. alpha
+# is a step of a small plan (messages through shared-memory mailboxes: a native program's
+# step takes about 0.1 us there, a call about 5 - 11 us besides); delta what a step of the
+# general path adds (nothing measurable at one element); eager the limit of MPI's own
+# messages, rendezvous the cost beyond it; gamma per dtype on 256 KiB arrays, which stay in
+# cache; memory the memory terms (pyar.model.cost) by buffer size. Run `pyar tune` on your own
+# machine.
 DEFAULTS = cost.Params(
-    alpha=2.26e-6, beta=8.54e-11, delta=1.65e-6, eager=8078, rendezvous=2.40e-6,
+    alpha=8.19e-8, beta=6.97e-11, delta=0.0, eager=8078, rendezvous=6.32e-6,
     resident=cost.RESIDENT_BYTES,   # (the runtime's, not measured)
-    gamma={"int8": 3.32e-11, "int16": 3.16e-11, "int32": 3.27e-11, "int64": 3.78e-11,
-           "uint8": 3.87e-11, "uint16": 3.78e-11, "uint32": 3.48e-11, "uint64": 3.59e-11,
-           "float16": 2.72e-10, "bfloat16": 1.18e-10, "float32": 3.40e-11, "float64": 3.45e-11})
+    gamma={"int8": 3.58e-11, "int16": 3.66e-11, "int32": 3.53e-11, "int64": 3.72e-11,
+           "uint8": 3.56e-11, "uint16": 3.65e-11, "uint32": 3.49e-11, "uint64": 3.67e-11,
+           "float16": 5.91e-10, "bfloat16": 1.41e-10, "float32": 4.42e-11, "float64": 4.61e-11},
+    memory=((1 << 20, 1.86e-10, 8.3e-13, 4.5e-7), (4 << 20, 1.21e-10, 5.18e-11, 3.47e-6),
+            (16 << 20, 1.32e-10, 5.89e-11, 1.28e-5), (64 << 20, 1.52e-10, 2.66e-11, 2.19e-6)))
 
 _FLOATS = {2: "float16", 4: "float32", 8: "float64"}     # itemsize -> dtype when none is given
 _MEMO_SIZE = 4096           # choices kept before the memo starts afresh
@@ -333,7 +337,9 @@ def machine(path) -> tuple[cost.Params, dict]:
                 f"resident >= 0 (bytes), inter_node {{\"alpha\": s, \"beta\": s/B}} (between "
                 f"nodes), nodes and ranks_per_node (ints >= 1), ports (an int >= 1: the "
                 f"messages a rank sends and receives at once), network (an object with "
-                f"\"kind\": {', '.join(network.KINDS)}: see pyar.model.network)")
+                f"\"kind\": {', '.join(network.KINDS)}: see pyar.model.network), memory (a list "
+                f"of [buffer bytes > 0, beta, gamma, delta >= 0] rows in increasing size: the "
+                f"memory terms, see pyar.model.cost)")
     try:
         if data["format"] != FORMAT or not data["gamma"]:
             raise ValueError
@@ -351,7 +357,12 @@ def machine(path) -> tuple[cost.Params, dict]:
         ports = data.get("ports", 1)
         if not all(type(v) is int and v >= 1 for v in (*layout.values(), ports)):
             raise ValueError
-        params = params._replace(ports=ports)
+        memory = tuple((float(n), float(b), float(g), float(d))
+                       for n, b, g, d in data.get("memory") or ())
+        if any(not row[0] > 0 for row in memory) or any(
+                a[0] >= b[0] for a, b in zip(memory, memory[1:])):
+            raise ValueError
+        params = params._replace(ports=ports, memory=memory)
     except (KeyError, TypeError, ValueError, AttributeError):
         raise ValueError(f"tuning file {path}: expected {expected}") from None
     if data.get("network") is not None:
@@ -361,7 +372,8 @@ def machine(path) -> tuple[cost.Params, dict]:
             raise ValueError(f"tuning file {path}: {e}") from None
     if not all(math.isfinite(v) and v >= 0 for v in
                (params.alpha, params.beta, params.delta, params.rendezvous, params.resident,
-                *params.inter(), *gamma.values())) or not params.eager > 0:
+                *params.inter(), *gamma.values(), *(v for row in params.memory for v in row))
+               ) or not params.eager > 0:
         raise ValueError(f"tuning file {path}: expected {expected}")
     return params, {**layout, **{k: str(data[k]) for k in ("description", "source")
                                   if k in data}}
@@ -379,6 +391,8 @@ def save(path, params: cost.Params, measured: dict) -> None:
         data["inter_node"] = dict(zip(("alpha", "beta"), params.inter()))
     if params.ports > 1:
         data["ports"] = params.ports
+    if params.memory:
+        data["memory"] = [list(row) for row in params.memory]
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)

@@ -1,10 +1,13 @@
 """scripts/benchmarks.py writes BENCHMARKS.md from a run's JSON: one header, a table per
-library, and nothing of earlier runs, the commit or the date."""
+library, the cost model against measurement, and nothing of earlier runs, the commit or the
+date."""
 
 import json
 import sys
 
 from launch import ROOT
+
+from pyar.model import cost, tuner
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import benchmarks  # noqa: E402
@@ -30,6 +33,44 @@ def fake_run(where, commit):
                              "numba": "0.6", "pyar": "0.1.0"}],
               "overlap": "# overlap\n", "sim": [{"command": "pyar sim -N 64", "output": "x\n"}]}
     (where / "run.json").write_text(json.dumps(report))
+
+
+def fake_model(where, times):
+    """A tuning file with memory terms and an all-algorithms bench of ``times[(name, size)]``,
+    auto's regret 1.0 at 1 MiB and 1.3 at 4 MiB."""
+    params = cost.Params(1e-6, 1e-10, {"float32": 5e-11}, 1e-6, resident=1 << 19,
+                         memory=((1 << 20, 2e-10, 1e-10, 2e-6), (64 << 20, 3e-10, 1e-10, 3e-6)))
+    tuner.save(where / "tuning-mpich.json", params, {})
+    data = bench(times)
+    data["summary"] = {"auto_regret": [{"size": 1 << 20, "chosen": "ring", "regret": 1.0},
+                                       {"size": 4 << 20, "chosen": "ring", "regret": 1.3}]}
+    (where / "algorithms-mpich.json").write_text(json.dumps(data))
+    report = json.loads((where / "run.json").read_text())
+    report["model"] = {"library": "mpich", "tuning": "tuning-mpich.json",
+                       "bench": "algorithms-mpich.json"}
+    (where / "run.json").write_text(json.dumps(report))
+    return params
+
+
+def test_the_model_table_puts_each_candidates_prediction_beside_its_measured_time(tmp_path):
+    md = tmp_path / "BENCHMARKS.md"
+    fake_run(tmp_path, "aaa1111")
+    names = tuner.candidates("allreduce")
+    times = {(name, size): 1000.0 for name in [*names, "auto"] for size in (1 << 20, 4 << 20)}
+    params = fake_model(tmp_path, times)
+    benchmarks.main(["write", "--out", str(tmp_path), "--markdown", str(md)])
+    text = md.read_text()
+    assert "## The cost model against measurement" in text
+    assert "| algorithm | 1 MiB: model / measured (us) | 4 MiB: model / measured (us) |" in text
+    for name in names:
+        cells = []
+        for size in (1 << 20, 4 << 20):
+            t = cost.estimate("allreduce", name, 2, size // 4, "float32", params)[0].time * 1e6
+            assert t > 0
+            cells.append(f"{t:.0f} / 1000 ({t / 1000:.2f})")
+        assert f"| {name} | {' | '.join(cells)} |" in text
+    assert "`auto` chose: 1 MiB ring, 4 MiB ring." in text
+    assert "within 10% at 1 of 2 sizes; over it at 4 MiB 1.30x." in text
 
 
 def test_the_page_is_the_current_reference_only(tmp_path):

@@ -380,3 +380,51 @@ def test_bad_schedules_are_schedule_errors():
                      PARAMS)
     with pytest.raises(pyar.ScheduleError, match="rank 1 never finishes"):
         cost.predict(Listed([], [[Recv(0, one)]]), PARAMS)
+
+
+MEMORY = PARAMS._replace(resident=2.0**16, memory=((2.0**20, 2.0**-18, 2.0**-19, 2.0**-9),
+                                                   (2.0**22, 2.0**-17, 2.0**-26, 2.0**-8)))
+
+
+def test_memory_terms_apply_above_resident_interpolated_in_log_size():
+    g = PARAMS.gamma["float32"]
+    assert MEMORY.rates(2.0**16, g) == (PARAMS.beta, g, 0.0)        # resident: no step cost
+    assert MEMORY.rates(2.0**17, g) == (2.0**-18, 2.0**-19, 2.0**-9)    # below: the first row
+    assert MEMORY.rates(2.0**20, g) == (2.0**-18, 2.0**-19, 2.0**-9)
+    beta, fold, step = MEMORY.rates(2.0**21, g)                     # halfway in log size
+    assert beta == pytest.approx(1.5 * 2.0**-18) and step == pytest.approx(1.5 * 2.0**-9)
+    assert fold == pytest.approx(2.0**-19 + 0.5 * (2.0**-26 - 2.0**-19))
+    assert MEMORY.rates(2.0**30, g) == (2.0**-17, g, 2.0**-8)       # the last; gamma the larger
+    assert MEMORY.rates(2.0**30, g, local=False) == (PARAMS.beta, g, PARAMS.delta)
+    assert PARAMS.rates(2.0**30, g) == (PARAMS.beta, g, PARAMS.delta)  # no rows: none
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+@pytest.mark.parametrize("n", [2, 4, 5])
+@pytest.mark.parametrize("nbytes", [2**12, 2**21, 2**24])
+def test_memory_terms_charge_bytes_and_folds_alike_in_formula_and_schedule(name, n, nbytes):
+    count = nbytes // 4 // 20 * 20          # divisible by every block count here: exact forms
+    nbytes = 4 * count
+    exact = cost.predict(pyar.schedule(name, n, count), MEMORY)
+    closed, source = cost.estimate("allreduce", name, n, count, "float32", MEMORY)
+    plain = cost.predict(pyar.schedule(name, n, count), MEMORY._replace(memory=()))
+    beta, fold, step = MEMORY.rates(nbytes, PARAMS.gamma["float32"])
+    t = exact.terms
+    assert source == "formula" and closed.time == pytest.approx(exact.time, rel=1e-9)
+    assert exact.memory == pytest.approx(t.bytes * (beta - PARAMS.beta)
+                                         + t.folded * (fold - PARAMS.gamma["float32"]))
+    assert (exact.alpha, exact.beta, exact.gamma) == pytest.approx(
+        (plain.alpha, plain.beta, plain.gamma))
+    assert exact.delta == pytest.approx(t.steps * step)
+    assert exact.time == pytest.approx(plain.time - plain.delta + exact.delta + exact.memory,
+                                       rel=1e-9)
+    assert (exact.memory > 0) == (nbytes > MEMORY.resident)
+
+
+def test_schedules_over_several_nodes_get_no_memory_terms():
+    topology = Topology.regular(8, 4)
+    count = 1 << 20
+    p = cost.predict(pyar.schedule("ring", 8, count, topology=topology), MEMORY)
+    e, _ = cost.estimate("allreduce", "ring", 8, count, "float32", MEMORY, topology=topology)
+    assert p.memory == e.memory == 0
+    assert p.time == pytest.approx(cost.predict(pyar.schedule("ring", 8, count), PARAMS).time)

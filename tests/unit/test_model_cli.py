@@ -101,6 +101,32 @@ def test_explain_double_binary_tree_at_8_ranks_adds_up(tmp_path, capsys):
     assert re.search(r"waits for rank \d+'s (send|receive) port", out), "no port wait shown"
 
 
+def test_the_memory_terms_show_in_the_table_and_add_up_in_explain(tmp_path, capsys):
+    # 16 MiB on 2 ranks, above a 1 MiB resident limit: a byte sent costs 2 ns there instead of
+    # 1, a byte folded 1 ns instead of 0.5, a step 3 us (the rows' own at 4 and 64 MiB; 16 MiB
+    # between)
+    m = machine(tmp_path, resident=1 << 20, memory=[[4 << 20, 2e-9, 1e-9, 3e-6],
+                                                    [64 << 20, 2e-9, 1e-9, 3e-6]])
+    out = run(capsys, "model", "-a", "ring", "-N", 2, "--bytes", "16M", "--machine", m)
+    assert "# memory terms (one node, buffers above 1048576 B; by buffer size, ns per byte " \
+           "sent/ns per byte folded/us per step): 4MB 2/1/3, 64MB 2/1/3" in out
+    header = next(line for line in out.splitlines() if line.startswith("# algorithm"))
+    row = next(line for line in out.splitlines() if line.startswith("  ring")).split()
+    columns = header.split()[2:]
+    memory = float(row[1 + columns.index("memory")])
+    assert memory == pytest.approx((16 << 20) * 1e-3 + (8 << 20) * 0.5e-3, abs=0.01)
+    assert float(row[1 + columns.index("delta")]) == pytest.approx(2 * 3.0)
+    out = run(capsys, "model", "-a", "ring", "-N", 2, "--bytes", "16M", "--machine", m,
+              "--explain")
+    events, total, rendezvous = explained(out)
+    assert sum(plus for _, plus in events) == pytest.approx(total, abs=1e-2)
+    assert re.search(r"#\s+memory ([\d.]+) us", out)[1] == f"{memory:.3f}"
+    assert "= alpha + beta + gamma + delta + rendezvous + memory" in out
+    out = run(capsys, "model", "-a", "ring", "-N", 2, "--bytes", "16M", "--machine", m,
+              "--bw", "1")
+    assert "# memory terms none" in out
+
+
 def test_the_readme_two_rank_example(tmp_path):
     # docs/guides/research.md, "The port rule": ring of 1 KiB on 2 ranks, naive beside it
     params = tuner.load(machine(tmp_path))

@@ -124,7 +124,15 @@ def test_the_default_path_follows_xdg(tmp_path, monkeypatch):
                                   '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
                                   '"delta": 0, "gamma": {"float32": 1}, "rendezvous": -1}',
                                   '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
-                                  '"delta": 0, "gamma": {"float32": 1}, "resident": -1}'])
+                                  '"delta": 0, "gamma": {"float32": 1}, "resident": -1}',
+                                  '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
+                                  '"delta": 0, "gamma": {"float32": 1}, "memory": [[1, 2, 3]]}',
+                                  '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, "delta": '
+                                  '0, "gamma": {"float32": 1}, "memory": [[8, 1, 1, 0], [8, 1, 1, 0]]}',
+                                  '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
+                                  '"delta": 0, "gamma": {"float32": 1}, "memory": [[8, -1, 1, 0]]}',
+                                  '{"format": "pyar-tuning/1", "alpha": 1, "beta": 1, '
+                                  '"delta": 0, "gamma": {"float32": 1}, "memory": [[0, 1, 1, 0]]}'])
 def test_a_malformed_tuning_file_says_what_was_expected(tmp_path, text):
     path = tmp_path / "bad.json"
     path.write_text(text)
@@ -137,6 +145,10 @@ def test_save_then_load_round_trips(tmp_path):
     tuner.save(tmp_path / "sub" / "t.json", params, {"ranks": 2})
     assert tuner.load(tmp_path / "sub" / "t.json") == params
     assert json.loads((tmp_path / "sub" / "t.json").read_text())["eager"] is None  # no limit
+    measured = params._replace(memory=((1048576.0, 2e-10, 1e-10, 1e-6),
+                                       (67108864.0, 3e-10, 5e-11, 2e-6)))
+    tuner.save(tmp_path / "m.json", measured, {})
+    assert tuner.load(tmp_path / "m.json") == measured
     limited = params._replace(eager=8000.0, rendezvous=2e-6, resident=65536.0)
     tuner.save(tmp_path / "t.json", limited, {"ranks": 2})
     assert tuner.load(tmp_path / "t.json") == limited
@@ -310,6 +322,9 @@ def test_pyar_tune_writes_a_well_formed_file(tmp_path):
     assert params.resident == pyar.runtime.plan.RESIDENT_BYTES
     assert set(params.gamma) == {d.name for d in pyar.core.ops.DTYPES}
     assert all(g > 0 for g in params.gamma.values())
+    assert [row[0] for row in params.memory] == [1 << 20, 4 << 20, 16 << 20, 64 << 20]
+    assert all(beta > 0 and gamma >= 0 and delta >= 0 for _, beta, gamma, delta in params.memory)
+    assert "memory terms (one node, buffers above 524288 B" in proc.stdout
     measured = json.loads(path.read_text())["measured"]
     assert measured["ranks"] == 2 and measured["quick"] is True and measured["same_host"]
 

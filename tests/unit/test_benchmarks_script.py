@@ -36,18 +36,18 @@ def fake_run(where, commit):
 
 
 def fake_model(where, times):
-    """A tuning file with memory terms and an all-algorithms bench of ``times[(name, size)]``,
-    auto's regret 1.0 at 1 MiB and 1.3 at 4 MiB."""
+    """A tuning file with memory terms, an all-algorithms bench of ``times[(name, size)]``
+    and a regret bench: auto's regret 1.0 at 8 B and 1.3 at 4 MiB."""
     params = cost.Params(1e-6, 1e-10, {"float32": 5e-11}, 1e-6, resident=1 << 19,
                          memory=((1 << 20, 2e-10, 1e-10, 2e-6), (64 << 20, 3e-10, 1e-10, 3e-6)))
     tuner.save(where / "tuning-mpich.json", params, {})
-    data = bench(times)
-    data["summary"] = {"auto_regret": [{"size": 1 << 20, "chosen": "ring", "regret": 1.0},
-                                       {"size": 4 << 20, "chosen": "ring", "regret": 1.3}]}
-    (where / "algorithms-mpich.json").write_text(json.dumps(data))
+    (where / "model-mpich.json").write_text(json.dumps(bench(times)))
+    regret = {"summary": {"auto_regret": [{"size": 8, "chosen": "ring", "regret": 1.0},
+                                          {"size": 4 << 20, "chosen": "ring", "regret": 1.3}]}}
+    (where / "regret-mpich.json").write_text(json.dumps(regret))
     report = json.loads((where / "run.json").read_text())
     report["model"] = {"library": "mpich", "tuning": "tuning-mpich.json",
-                       "bench": "algorithms-mpich.json"}
+                       "bench": "model-mpich.json", "regret": "regret-mpich.json"}
     (where / "run.json").write_text(json.dumps(report))
     return params
 
@@ -62,14 +62,17 @@ def test_the_model_table_puts_each_candidates_prediction_beside_its_measured_tim
     text = md.read_text()
     assert "## The cost model against measurement" in text
     assert "| algorithm | 1 MiB: model / measured (us) | 4 MiB: model / measured (us) |" in text
+    close = 0
     for name in names:
         cells = []
         for size in (1 << 20, 4 << 20):
             t = cost.estimate("allreduce", name, 2, size // 4, "float32", params)[0].time * 1e6
             assert t > 0
+            close += abs(t / 1000 - 1) <= 0.25
             cells.append(f"{t:.0f} / 1000 ({t / 1000:.2f})")
         assert f"| {name} | {' | '.join(cells)} |" in text
-    assert "`auto` chose: 1 MiB ring, 4 MiB ring." in text
+    assert f"`auto` chose: 1 MiB ring, 4 MiB ring. Model and measurement agree within 25% " \
+           f"in {close} of {2 * len(names)} cells" in text
     assert "within 10% at 1 of 2 sizes; over it at 4 MiB 1.30x." in text
 
 

@@ -5,7 +5,10 @@ time (MPI ranks starting together): index entries get lost and data files
 overwritten. Numba compiles (or loads from the cache) only when no compiled
 signature fits a call's arguments, through the dispatcher's
 ``_compile_for_args``; :func:`serialise` wraps that one path in an exclusive
-``flock`` on a file beside the cache, so calls that fit pay nothing.
+``flock`` on a file beside the cache, so calls that fit pay nothing. Numba's
+own set-up of its typing and target contexts (about half a second, once a
+process) runs before the lock, so that ranks starting together do it at once
+rather than one after another.
 """
 
 import fcntl
@@ -38,6 +41,8 @@ def serialise(kernel):
     compile_for_args = kernel._compile_for_args
 
     def locked(*args, **kws):
+        kernel.typingctx.refresh()
+        kernel.targetctx.refresh()
         with lock(kernel):
             return compile_for_args(*args, **kws)
 

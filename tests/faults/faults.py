@@ -1,9 +1,12 @@
 """Run under mpiexec (tests/faults/test_faults.py): the last rank misbehaves after some good
 calls, and every rank reports what its call did. ``faults.py DIR SCENARIO...``: each on a
 communicator of its own, its dumps in DIR/SCENARIO (PYAR_DUMP_DIR), each rank's report
-there as row<R>.json: {"scenario", "rank", "error", "message", "seconds", "wrong"}, where
-seconds run from the rank's entering its faulty call to its error, and wrong says that a call
-returned a result that is not the reduction of what the ranks passed."""
+there as row<R>.json: {"scenario", "rank", "error", "message", "seconds", "wrong", "shm"},
+where seconds run from the rank's entering its faulty call to its error, wrong says that a
+call returned a result that is not the reduction of what the ranks passed, and shm lists the
+files in /dev/shm the rank has mapped and that are still linked (the MPI library's, pyar's
+windows). A job of :data:`FINALIZED` scenarios only ends with MPI_Finalize; others leave
+without it, their failed calls' MPI requests still posted (as in the field)."""
 
 import json
 import os
@@ -20,6 +23,7 @@ world = MPI.COMM_WORLD
 rank, size = world.Get_rank(), world.Get_size()
 last = size - 1
 TIMEOUT = float(os.environ["PYAR_TIMEOUT"])
+FINALIZED = {"large_exit"}      # scenarios whose failed calls leave no MPI request posted
 LARGE = 1 << 18     # float32 elements: a large plan (a Stream, reading the peers' memory where
                     # the node allows, on one node), after a first good call of it
 
@@ -76,6 +80,13 @@ def fault(name, comm):
         if culprit:
             sys.exit(0)
         return allreduce(comm)
+    if name == "large_exit":            # ... leaves with its large call in flight, its
+        wrong = allreduce(comm, n=LARGE, timeout=60)    # message offered from its memory
+        if culprit:
+            request = pyar.iallreduce(data(rank, LARGE), comm=comm)
+            request.test()
+            sys.exit(0)
+        return allreduce(comm, n=LARGE) or wrong
     if name == "kill":
         if culprit:
             os.kill(os.getpid(), 9)
@@ -101,13 +112,16 @@ def scenario(folder, name):
         wrong = fault(name, comm)
     except pyar.PyarError as e:
         error, message = type(e).__name__, str(e)
+    with open("/proc/self/maps") as maps:
+        shm = sorted({line.split(None, 5)[5].strip() for line in maps if " /dev/shm/" in line
+                      and not line.rstrip().endswith("(deleted)")})
     row = {"scenario": name, "rank": rank, "error": error, "message": message,
-           "seconds": time.monotonic() - began, "wrong": wrong}
+           "seconds": time.monotonic() - began, "wrong": wrong, "shm": shm}
     folder = os.path.join(folder, name)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"row{rank}.json"), "w") as f:
         json.dump(row, f)
-    if name == "exit":                  # (one rank has gone: no barrier, no freeing)
+    if name in ("exit", "large_exit"):  # (one rank has gone: no barrier, no freeing)
         return
     world.Barrier()                     # every scenario is bounded: all ranks come here
     drain = time.monotonic() + 0.2      # the failed call's notices, before the next scenario
@@ -122,4 +136,6 @@ def scenario(folder, name):
 for each in sys.argv[2:]:
     scenario(sys.argv[1], each)
 sys.stdout.flush()
+if FINALIZED.issuperset(sys.argv[2:]):
+    sys.exit(0)
 os._exit(0)     # not MPI_Finalize: the failed calls' requests are still posted (as in the field)

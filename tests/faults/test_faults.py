@@ -1,12 +1,13 @@
 """The fault suite: one rank misbehaves after some good calls (skips a call, calls collectives
 in another order, sleeps past the timeout, passes another count, dtype, op or root, exits
-early, is killed, raises under ``-m mpi4py``; sleeps or passes another count amid large
-calls); every other rank must get a clear pyar error
+early, is killed, raises under ``-m mpi4py``; sleeps, passes another count or leaves amid
+large calls); every other rank must get a clear pyar error
 within PYAR_TIMEOUT + 2 s, no call may return a wrong result, nothing may hang past the job's
 timeout, and ``pyar doctor`` on the dumps must name the culprit (rank 2) and the call.
 Each job: tests/faults/faults.py under mpiexec -n 3, bounded by ``timeout``."""
 
 import json
+import os
 import time
 
 import pytest
@@ -33,6 +34,7 @@ VERDICTS = {
     "op": ["ranks disagree on allreduce #5: op sum on ranks 0-1, op max on rank 2"],
     "root": ["bcast #5", "rank 2"],
     "exit": ["rank 2 is missing: no dump", "the waits lead to rank 2"],
+    "large_exit": ["rank 2 is missing: no dump", "the waits lead to rank 2"],
     "large_sleep": ["the waits lead to rank 2"],
     "large_count": ["ranks disagree on allreduce #6: count 262144 on ranks 0-1, count 262148 "
                     "on rank 2"],
@@ -49,7 +51,7 @@ def rows_of(folder):
 def check(name, folder, proc):
     rows = rows_of(folder / name)
     where = explain(proc)
-    assert {r["rank"] for r in rows} >= set(range(NPROCS)) - ({CULPRIT} if name == "exit"
+    assert {r["rank"] for r in rows} >= set(range(NPROCS)) - ({CULPRIT} if name in GONE
                                                             else set()), where
     assert not any(r["wrong"] for r in rows), f"a wrong result came back silently: {rows}"
     errors = [r for r in rows if r["error"]]
@@ -64,7 +66,8 @@ def check(name, folder, proc):
         assert piece in report, f"{name}: {piece!r} not in the doctor's report:\n{report}"
 
 
-ALIVE = [name for name in VERDICTS if name != "exit"]     # every rank lives on after it
+GONE = {"exit", "large_exit"}      # the culprit leaves: a job of its own
+ALIVE = [name for name in VERDICTS if name not in GONE]     # every rank lives on after it
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +96,21 @@ def test_a_rank_exiting_early(tmp_path):
     assert proc.returncode == 0 or (proc.returncode == 9 and "Killed (signal 9)" in
                                     proc.stdout + proc.stderr), explain(proc)
     check("exit", tmp_path, proc)
+
+
+def test_a_rank_leaving_amid_large_calls_leaves_no_shared_memory_behind(tmp_path):
+    """The culprit starts a large call (its messages offered from its memory: PYAR_CMA=1)
+    and leaves; the others' call fails within the timeout, and once every rank has ended
+    (MPI_Finalize) no file in /dev/shm that a rank mapped is left."""
+    proc = run(NPROCS, "tests/faults/faults.py", str(tmp_path), "large_exit", timeout=60,
+               env={"PYAR_TIMEOUT": str(TIMEOUT), "PYAR_CMA": "1"})
+    assert proc.returncode == 0 or (proc.returncode == 9 and "Killed (signal 9)" in
+                                    proc.stdout + proc.stderr), explain(proc)
+    check("large_exit", tmp_path, proc)
+    mapped = {path for row in rows_of(tmp_path / "large_exit") for path in row["shm"]}
+    assert mapped, "no rank mapped a linked /dev/shm file: this check would prove nothing"
+    left = [path for path in mapped if os.path.exists(path)]
+    assert not left, f"left behind: {left}\n{explain(proc)}"
 
 
 def test_a_killed_rank_ends_the_job_at_once(tmp_path):

@@ -555,15 +555,16 @@ def _header(config: dict) -> list[str]:
 
 
 def _cells(measure) -> str:
+    """The columns of one variant, each led by a space however wide its number grows."""
     if measure is None:
         return f"{'N/A':>10}{'N/A':>8}{'N/A':>8}{'N/A':>7}"
     wrong = "N/A" if measure["wrong"] is None else measure["wrong"]
-    return (f"{measure['time_us']:>10.1f}{measure['algbw']:>8.3f}{measure['busbw']:>8.3f}"
-            f"{wrong:>7}")
+    return (f" {measure['time_us']:>9.1f} {measure['algbw']:>7.3f} {measure['busbw']:>7.3f}"
+            f" {wrong:>6}")
 
 
 def _ratio(value) -> str:
-    return f"{value:>7.2f}" if value is not None else f"{'':>7}"
+    return f" {value:>6.2f}" if value is not None else f"{'':>7}"
 
 
 def _format_row(row: dict) -> str:

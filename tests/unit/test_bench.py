@@ -288,3 +288,20 @@ def test_bench_takes_parameterized_names(tmp_path):
                                                                  "ring"]
     bad = run(2, "-m", "pyar", "bench", "-a", "knomial:k=1", "-n", "1", "-w", "1", timeout=120)
     assert bad.returncode == 2 and "must be an int >= 2" in bad.stderr, explain(bad)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e4, 1e7])
+def test_every_column_of_a_row_stays_apart_however_large_its_numbers(scale):
+    # (a 4 KiB call that took 61 ms under load once printed a ratio of 1721.75 against the
+    # #wrong column: "01721.75", and a test splitting the row read it as one field)
+    measure = {"time_us": 12.5 * scale, "algbw": 3.25 * scale, "busbw": 1.5 * scale,
+               "wrong": 0}
+    row = {"size": 4096, "count": 1024, "type": "float32", "redop": "sum",
+           "algorithm": "auto", "chosen": "ring", "out_of_place": measure, "in_place": measure,
+           "vs_mpi": {bench.OUT_OF_PLACE: 1.5 * scale, bench.IN_PLACE: 2.5 * scale},
+           "vs_best": 1.25 * scale}
+    fields = bench._format_row(row).split()
+    assert fields[:5] == ["4096", "1024", "float32", "sum", "auto:ring"]
+    assert [float(f) for f in fields[5:]] == pytest.approx(
+        [12.5 * scale, 3.25 * scale, 1.5 * scale, 0] * 2 + [1.5 * scale, 2.5 * scale,
+                                                              1.25 * scale], rel=1e-3)

@@ -52,19 +52,20 @@ from . import cost, network
 FORMAT = "pyar-tuning/1"
 
 # The shipped defaults: what `pyar tune` measures (mpiexec -n 2, the MPICH wheel, one node)
-# on a 2-core VM, medians of three runs, each the lower quartiles of many timed calls. alpha
-# is a step of a small plan (messages through shared-memory mailboxes: a native program's
-# step takes about 0.1 us there, a call about 5 - 11 us besides); delta what a step of the
-# general path adds (nothing measurable at one element); eager the limit of MPI's own
+# on a 2-core VM, medians of runs, each the lower quartiles of many timed calls. alpha is a
+# step of a small plan and delta what a step of the general path adds, as an earlier runtime
+# measured them: today's native programs take about 0.1 us a step on 2 ranks with a core
+# each, but on 4 ranks of 2 cores (make run) a step waits for a core, and auto chose 1.6-4.6x
+# slower algorithms at 2 - 256 KiB under those values. eager is the limit of MPI's own
 # messages, rendezvous the cost beyond it; gamma per dtype on 256 KiB arrays, which stay in
-# cache; memory the memory terms (pyar.model.cost) by buffer size. Run `pyar tune` on your own
-# machine.
+# cache; memory the memory terms (pyar.model.cost) by buffer size, medians of three runs.
+# Run `pyar tune` on your own machine.
 DEFAULTS = cost.Params(
-    alpha=8.19e-8, beta=6.97e-11, delta=0.0, eager=8078, rendezvous=6.32e-6,
+    alpha=2.26e-6, beta=8.54e-11, delta=1.65e-6, eager=8078, rendezvous=2.40e-6,
     resident=cost.RESIDENT_BYTES,   # (the runtime's, not measured)
-    gamma={"int8": 3.58e-11, "int16": 3.66e-11, "int32": 3.53e-11, "int64": 3.72e-11,
-           "uint8": 3.56e-11, "uint16": 3.65e-11, "uint32": 3.49e-11, "uint64": 3.67e-11,
-           "float16": 5.91e-10, "bfloat16": 1.41e-10, "float32": 4.42e-11, "float64": 4.61e-11},
+    gamma={"int8": 3.32e-11, "int16": 3.16e-11, "int32": 3.27e-11, "int64": 3.78e-11,
+           "uint8": 3.87e-11, "uint16": 3.78e-11, "uint32": 3.48e-11, "uint64": 3.59e-11,
+           "float16": 2.72e-10, "bfloat16": 1.18e-10, "float32": 3.40e-11, "float64": 3.45e-11},
     memory=((1 << 20, 1.86e-10, 8.3e-13, 4.5e-7), (4 << 20, 1.21e-10, 5.18e-11, 3.47e-6),
             (16 << 20, 1.32e-10, 5.89e-11, 1.28e-5), (64 << 20, 1.52e-10, 2.66e-11, 2.19e-6)))
 

@@ -67,8 +67,9 @@ MEMORY_BYTES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)    # the memory terms' buf
 STEPS = (1, 129)            # schedule lengths whose difference gives the per-step time
 ATTEMPTS = 3                # measurements of that difference, twice the calls each time
 _NAME = "_pyar_tune_steps"
+SPLIT = 16                  # steps of the memory terms' split exchange (its delta)
 _HALVES = {"_pyar_tune_exchange": (False, 1), "_pyar_tune_exchange_fold": (True, 1),
-           "_pyar_tune_exchange_16": (False, 16)}     # the memory terms' schedules: (fold, steps)
+           "_pyar_tune_exchange_split": (False, SPLIT)}     # the memory terms' schedules: (fold, steps)
 
 
 def _barrier(comm, seconds: float = PHASE_SECONDS) -> None:
@@ -196,9 +197,8 @@ def _memory(pair, iters: int) -> tuple:
         _barrier(pair)
         copy, folded, split = pair.bcast(
             _typicals(calls, max(8, min(iters, (64 << 20) // nbytes))), root=0)
-        steps = _HALVES["_pyar_tune_exchange_16"][1]
         rows.append((float(nbytes), 2 * copy / nbytes, 2 * max(0.0, folded - copy) / nbytes,
-                     max(0.0, split - copy) / (steps - 1)))
+                     max(0.0, split - copy) / (SPLIT - 1)))
     comm.free()
     return tuple(rows)
 

@@ -87,9 +87,7 @@ class Collective:
     Attributes: ``name``; ``reduces`` (takes ``op``); ``rooted`` (takes ``root``);
     ``in_place`` (``out is x`` works in x's memory); ``out_of_place`` (a result apart
     from x exists: False for bcast); ``blocked`` (nccl-tests' size counts one block per
-    rank, and ``count`` a block's elements); ``direct`` (data before the schedule is x
-    and all of data is the result, so a large call apart from x may run the plan's
-    out-of-place variant, which reads x itself); ``library_name`` (the MPI call, as
+    rank, and ``count`` a block's elements); ``library_name`` (the MPI call, as
     the bench names it).
     """
 
@@ -99,7 +97,6 @@ class Collective:
     in_place = True
     out_of_place = True
     blocked = False
-    direct = False
     library_name = ""
 
     def factor(self, size: int) -> float:
@@ -117,6 +114,13 @@ class Collective:
 
     def check(self, shape, size: int) -> None:
         """ValueError unless an ``x`` of ``shape`` suits this collective on ``size`` ranks."""
+
+    def direct(self, count: int, size: int, rank: int, root: int):
+        """Whether a large call apart from x may run the plan's out-of-place variant, which
+        reads x itself instead of a copy of it in data: (the part of data that x is before
+        the schedule, the part of data that is the result after it) as slices of data's
+        ``count`` elements; None where it may not (the default)."""
+        return None
 
     def result_shape(self, shape, size: int, rank: int):
         """The shape of the result on ``rank`` for an ``x`` of ``shape``."""

@@ -36,6 +36,9 @@ class Allgather(Collective):
     def result(self, data, shape, rank, size, root):
         return data.reshape((size, *shape))
 
+    def direct(self, count, size, rank, root):
+        return block(count, size, rank), slice(0, count)
+
     def prepare(self, x, out, rank, size, root, copy=True):
         shape = (size, *x.shape)
         if out is None:
@@ -44,8 +47,9 @@ class Allgather(Collective):
             buffers.check_out(out, shape, x.dtype, "the gathered")
         direct = out.flags.c_contiguous
         data = out.reshape(-1) if direct else np.empty(out.size, x.dtype)
-        load = buffers.loader(data[block(data.size, size, rank)], x)
-        load()
+        load = buffers.loader(data[block(data.size, size, rank)], x) if copy else None
+        if copy:
+            load()
 
         def finish():
             if not direct:

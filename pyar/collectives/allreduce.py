@@ -7,8 +7,10 @@ from .reference import magnitude, reference
 class Allreduce(Collective):
     name = "allreduce"
     reduces = True
-    direct = True
     library_name = "comm.Allreduce"
+
+    def direct(self, count, size, rank, root):
+        return slice(0, count), slice(0, count)
 
     def factor(self, size):
         return 2 * (size - 1) / size

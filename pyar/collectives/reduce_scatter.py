@@ -24,9 +24,13 @@ class ReduceScatter(Collective):
     def result(self, data, shape, rank, size, root):
         return data[block(data.size, size, rank)]
 
-    def prepare(self, x, out, rank, size, root, copy=True):
+    def direct(self, count, size, rank, root):
+        return slice(0, count), block(count, size, rank)
+
+    def prepare(self, x, out, rank, size, root, copy=True, window=None):
         """``out is x``: x is worked in (overwritten) and the result is a view of its block,
-        if x is contiguous; otherwise the block comes back new."""
+        if x is contiguous; otherwise the block comes back new. With ``window`` (its block:
+        a plan that reads x and uses no other part of data), data is the result's buffer."""
         mine = block(x.size, size, rank)
         n = mine.stop - mine.start
         if out is not None and out is not x:
@@ -41,8 +45,20 @@ class ReduceScatter(Collective):
                 raise ValueError("x is read-only, so it cannot be reduced in place")
             data = x.reshape(-1)
             return Work(data, data[mine], lambda: data[mine])
-        data = np.array(x, order="C").reshape(-1)
-        load = buffers.loader(data, x)
+        if window is not None:          # (window == mine)
+            data = out if out is not None and out.flags.c_contiguous else np.empty(n, x.dtype)
+
+            def written():
+                if out is not None and out is not data:
+                    out[...] = data
+                    return out
+                return data
+            return Work(data, data, written)
+        if not copy:
+            data, load = np.empty(x.size, x.dtype), None
+        else:
+            data = np.array(x, order="C").reshape(-1)
+            load = buffers.loader(data, x)
 
         def finish():
             if out is None or out is x:

@@ -2,11 +2,11 @@
 
 A program is a C-contiguous int64 table of :data:`WIDTH` columns, a row per
 message in the order one rank's call makes them, over memory that the caller
-keeps alive (absolute addresses). Each message has two *halves* (the program's
-call number ``c`` uses half ``c & 1``), each with a *stamp* word: 0 while the
-half is free, else the *mark* of the call whose message is in it (its
-fingerprint, odd, and its sequence number: ``fingerprint | (seq & 0x7FFFFFFF)
-<< 32``, never 0)::
+keeps alive (absolute addresses; the last column is 0 but in a GET_FOLD row).
+Each message has two *halves* (the program's call number ``c`` uses half
+``c & 1``), each with a *stamp* word: 0 while the half is free, else the
+*mark* of the call whose message is in it (its fingerprint, odd, and its
+sequence number: ``fingerprint | (seq & 0x7FFFFFFF) << 32``, never 0)::
 
     PUT   (PUT,  stamp0, stamp1, box0, box1, src, nbytes, 0)
           wait until stamp[half] is 0; copy nbytes from src to box[half];
@@ -30,10 +30,12 @@ sender's memory and the receiver reads it from there, one copy::
     GET      (GET, stamp0, stamp1, box0, box1, dst, nbytes, 0)
              wait for the mark, as COPY; read nbytes at the offered src of the
              offering process into dst; stamp[half] = 0
-    GET_FOLD (GET_FOLD, stamp0, stamp1, box0, box1, dst, nbytes, type * 4 + op)
+    GET_FOLD (GET_FOLD, stamp0, stamp1, box0, box1, dst, nbytes, type * 4 + op, x)
              the same, folding: reads pieces of at most :data:`BOUNCE` bytes into
              box[half] + :data:`BOUNCE_AT` (a mailbox of BOUNCE_AT + BOUNCE bytes,
-             which stays in cache) and folds each into dst
+             which stays in cache) and folds each into dst; with x not 0,
+             dst = x op message (x's piece copied to dst first, in cache: an
+             out-of-place call's fold, one pass over each buffer)
     TAKEN    (TAKEN, stamp0, stamp1, 0, 0, 0, 0, 0)
              wait until stamp[half] is 0: the receiver has read the offer, so the
              sender may change src again
@@ -63,7 +65,7 @@ from ._half import bitcasts
 from ._loops import loops
 
 PUT, FOLD, COPY, OFFER, GET, GET_FOLD, TAKEN = range(7)
-WIDTH = 8
+WIDTH = 9
 BOUNCE_AT = 56              # bytes: a GET_FOLD's pieces land this far into its mailbox half
 BOUNCE = 1 << 17            # bytes: the most a GET_FOLD reads before it folds
 UNREADABLE = -(1 << 40)     # run's answer at row r where the peer's memory could not be read
@@ -222,11 +224,13 @@ def run(program, rows, start, call, fingerprint, seq, spins):
                 if not _read(pid, other, src, nbytes):
                     return UNREADABLE - row
             else:
-                bounce = box + BOUNCE_AT
+                bounce, x = box + BOUNCE_AT, table[row, 8]
                 for lo in range(0, nbytes, BOUNCE):
                     n = min(BOUNCE, nbytes - lo)
                     if not _read(pid, bounce, src + lo, n):
                         return UNREADABLE - row
+                    if x != 0:
+                        _copy(other + lo, x + lo, n)
                     _fold(other + lo, bounce, n, table[row, 7])
         if stamp != 0:
             _store(stamp, 0)

@@ -161,14 +161,15 @@ class P2PStep(Step):
 
 class CopyStep(Step):
     """Out-of-place variant: x's elements copied into data where the schedule is about to use
-    what data held before anything was written to it (or, at the end, never wrote it). No
-    transfers: complete as soon as it starts; the copies are its finish."""
+    what data held before anything was written to it (or, at the end, never wrote it);
+    ``ranges`` of data, x's elements from data's ``shift`` on. No transfers: complete as
+    soon as it starts; the copies are its finish."""
 
-    __slots__ = ("ranges",)
+    __slots__ = ("ranges", "shift")
     where = "copying x in"
 
-    def __init__(self, ranges):
-        self.ranges = ranges
+    def __init__(self, ranges, shift: int = 0):
+        self.ranges, self.shift = ranges, shift
 
     def start(self, ctx):
         pass
@@ -177,6 +178,6 @@ class CopyStep(Step):
         return True
 
     def finish(self, ctx):
-        data, source = ctx.bufs[DATA], ctx.bufs[SOURCE]
+        data, source, shift = ctx.bufs[DATA], ctx.bufs[SOURCE], self.shift
         for lo, hi in self.ranges:
-            data[lo:hi] = source[lo:hi]
+            data[lo:hi] = source[lo - shift:hi - shift]

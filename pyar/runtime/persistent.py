@@ -76,7 +76,7 @@ class Persistent:
                  "timeout", "work", "engine", "load", "then", "state", "run", "result",
                  "began", "seq", "x", "out", "kind", "plan", "source", "reduction", "seen",
                  "fresh", "label", "finish", "averaged", "held", "numbered", "shapes",
-                 "wire", "__weakref__")
+                 "wire", "direct", "__weakref__")
 
     def __init__(self, record, x, out, op, algorithm, comm, root, timeout, then=None,
                  kind="own", held=False, reduce_dtype=None):
@@ -154,6 +154,8 @@ class Persistent:
                 recorder.failed(self.began, e)
             raise
         try:
+            if self.direct is not None and self._window() != self.direct[1]:
+                work = self._prepare(x, out)    # (on all of data: the variant needs it)
             self._bind(x, out, work)
         except BaseException as e:  # mid-way (its mailboxes are carved collectively)
             c.abandon(self._what(c.seq), e)
@@ -172,14 +174,29 @@ class Persistent:
         """The buffers for ``x`` and ``out`` (the record's :meth:`prepare`): data not filled
         from x where the plan's out-of-place variant or a native program reads x itself."""
         record, c = self.record, self.c
-        self.source = None
+        self.source = self.direct = None
         if self.wire != x.dtype:
             return widened(record, x, out, c.rank, c.size, self.root, self.wire)
-        if record.direct and self.name != LIBRARY and x.flags.c_contiguous and \
+        count = record.count(x.size, c.size)
+        spans = record.direct(count, c.size, c.rank, self.root)
+        if spans is not None and self.name != LIBRARY and x.flags.c_contiguous and \
                 buffers.apart(x, out):
-            self.source = x.reshape(-1)
-        direct = self.source is not None and x.nbytes > RESIDENT_BYTES
-        return record.prepare(x, out, c.rank, c.size, self.root, copy=not direct)
+            if count * x.dtype.itemsize > RESIDENT_BYTES:
+                self.direct = spans             # the plan's out-of-place variant reads x
+            if self.direct is not None or spans[0] == slice(0, count):
+                self.source = x.reshape(-1)     # (a Resident's program copies all of x in)
+        if self.direct is None:
+            return record.prepare(x, out, c.rank, c.size, self.root)
+        window = self._window()
+        if window == slice(0, count):
+            return record.prepare(x, out, c.rank, c.size, self.root, copy=False)
+        return record.prepare(x, out, c.rank, c.size, self.root, copy=False, window=window)
+
+    def _window(self) -> slice:
+        """The part of data that the out-of-place variant runs on (the result's part until
+        the plan is compiled)."""
+        return self.direct[1] if self.plan is None else \
+            self.plan.out_of_place(*self.direct).window
 
     def _bind(self, x, out, work, kind=None) -> None:
         """Bind ``work`` (prepared for ``x`` and ``out``) and its engine (local: the plan and
@@ -198,8 +215,8 @@ class Persistent:
             self.engine = library_engine(self.record, c, x, work, self.reduction, self.root,
                                          kind == "own")
         else:
-            if source is not None and x.nbytes > RESIDENT_BYTES:
-                plan = plan.out_of_place()
+            if source is not None and self.direct is not None:
+                plan = plan.out_of_place(*self.direct)
             self.engine = plan.engine(c.mpi, work.data, self.reduction, self.call, source,
                                       kind)
         fills = self.engine.fills and source is not None

@@ -17,9 +17,13 @@ every rank:
   (:mod:`.p2p`): each step's messages as ``Isend``/``Irecv`` on scratch and
   landing buffers allocated once per plan and dtype.
 
-A large out-of-place call runs the plan's :meth:`Plan.out_of_place` variant,
+A large call apart from x runs the plan's :meth:`Plan.out_of_place` variant,
 which reads the caller's x itself where the schedule reads data that nothing
-has written yet, instead of copying x into the result first.
+has written yet, instead of copying x into data first (allreduce,
+reduce_scatter, allgather and reduce: each record says where x and the
+result lie in data, :meth:`~pyar.collectives.Collective.direct`). A variant
+that uses no element of data outside the result runs in the result's buffer
+alone (reduce_scatter on 2 ranks: no copy of x, and none of the result).
 """
 
 from __future__ import annotations
@@ -44,11 +48,42 @@ _BUFFER = {"data": DATA, "scratch": SCRATCH}
 SPARES = 4                  # scratch and landing buffers a plan keeps for its next requests
 
 
-def _unwritten(written: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
-    """The runs of ``[lo, hi)`` that ``written`` marks False, as (lo, hi) ranges."""
-    mask = np.concatenate(([True], written[lo:hi], [True]))
-    edges = np.flatnonzero(mask[1:] != mask[:-1]) + lo
-    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
+class _Written:
+    """The elements of data written so far (or holding nothing of x), as sorted disjoint
+    ``[lo, hi)`` runs: a few per step, where a mask would take a byte per element."""
+
+    def __init__(self, runs):
+        self.runs = [(lo, hi) for lo, hi in runs if lo < hi]
+
+    def unwritten(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The runs of ``[lo, hi)`` not written."""
+        gaps, at = [], lo
+        for a, b in self.runs:
+            if b <= at or a >= hi:
+                continue
+            if a > at:
+                gaps.append((at, a))
+            at = max(at, b)
+        if at < hi:
+            gaps.append((at, hi))
+        return gaps
+
+    def any(self, lo: int, hi: int) -> bool:
+        return self.unwritten(lo, hi) != [(lo, hi)] and lo < hi
+
+    def all(self, lo: int, hi: int) -> bool:
+        return not self.unwritten(lo, hi)
+
+    def mark(self, lo: int, hi: int) -> None:
+        """``[lo, hi)`` written."""
+        runs = sorted(self.runs + [(lo, hi)] if lo < hi else self.runs)
+        merged = []
+        for a, b in runs:
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self.runs = merged
 
 
 class Plan:
@@ -63,18 +98,21 @@ class Plan:
                        op.reduce) for op in step.recvs])
                     for step in schedule.steps(rank)]
         self.source = False
-        self.base = self            # (its out-of-place variant's base is this plan)
+        self.window = slice(0, self.count)      # the part of data its data buffer is
+        self.base = self            # (its out-of-place variants' base is this plan)
         self._compile(None)
-        self._variant = None
+        self._variants: dict = {}
 
-    def _compile(self, written):
+    def _compile(self, written, shift: int = 0, kept: slice | None = None):
         """Compile ``ops`` into ``steps`` (and ``spans``: per step (where, sends, recvs)).
 
-        ``written`` is None, or for the out-of-place variant a mask of the data
-        elements written so far: a send of elements not yet written reads them
-        from x, a fold into them receives in place and folds x's in (the
-        kernels are commutative bit for bit), and x is copied into data only
-        where a step needs both (or the schedule never writes)."""
+        ``written`` is None, or for an out-of-place variant the data elements
+        written so far (:class:`_Written`) (or holding nothing of x: x is data's elements
+        from ``shift`` on): a send of elements not yet written reads them from
+        x, a fold into them receives in place and folds x's in (the kernels
+        are commutative bit for bit), and x is copied into data only where a
+        step needs both, or where the schedule never writes the result
+        (``kept`` of data)."""
         self.landing_count, self.spans, self.steps = 0, [], []
         self._buffers, self._folds, self._residents, self._streams = {}, {}, {}, {}
         if written is None:
@@ -85,18 +123,18 @@ class Plan:
             where = Where(self.rank, i)
             before = []
             if written is not None:
-                sends = [self._read_from(s, written, before) for s in sends]
+                sends = [self._read_from(s, written, before, shift) for s in sends]
             compiled, landed = [], 0
             for span, reduce in recvs:
                 if written is not None and span.buf == DATA:
-                    direct = (reduce and not written[span.lo:span.hi].any()
+                    direct = (reduce and not written.any(span.lo, span.hi)
                               and not any(overlap(span, s) for s in sends))
                     if reduce and not direct:
-                        before += _unwritten(written, span.lo, span.hi)
-                    written[span.lo:span.hi] = True     # a second fold there lands apart
+                        before += written.unwritten(span.lo, span.hi)
+                    written.mark(span.lo, span.hi)      # a second fold there lands apart
                     if direct:
-                        compiled.append(Receive(span, None, False,
-                                              span._replace(buf=SOURCE)))
+                        compiled.append(Receive(span, None, False, span._replace(
+                            buf=SOURCE, lo=span.lo - shift, hi=span.hi - shift)))
                         continue
                 if reduce or any(overlap(span, s) for s in sends):
                     n = span.hi - span.lo
@@ -106,36 +144,72 @@ class Plan:
                 else:
                     compiled.append(Receive(span, None, False))
             if before:
-                self.steps.append(CopyStep(before))
+                self.steps.append(CopyStep(before, shift))
             self.landing_count = max(self.landing_count, landed)
             self.spans.append((where, sends, compiled))
             self.steps.append(P2PStep(where, sends, compiled))
-        if written is not None and not written.all():
-            self.steps.append(CopyStep(_unwritten(written, 0, self.count)))
+        if written is not None and not written.all(kept.start, kept.stop):
+            self.steps.append(CopyStep(written.unwritten(kept.start, kept.stop), shift))
 
     @staticmethod
-    def _read_from(send: Span, written, before) -> Span:
-        """Where the out-of-place variant sends ``send`` from: x while none of it is written,
+    def _read_from(send: Span, written: _Written, before, shift: int) -> Span:
+        """Where an out-of-place variant sends ``send`` from: x while none of it is written,
         else data (x's part copied in first, into ``before``)."""
         if send.buf != DATA:
             return send
-        part = written[send.lo:send.hi]
-        if not part.any():
-            return send._replace(buf=SOURCE)
-        if not part.all():
-            before += _unwritten(written, send.lo, send.hi)
-            part[...] = True
+        if not written.any(send.lo, send.hi):
+            return send._replace(buf=SOURCE, lo=send.lo - shift, hi=send.hi - shift)
+        before += written.unwritten(send.lo, send.hi)
+        written.mark(send.lo, send.hi)
         return send
 
-    def out_of_place(self) -> Plan:
-        """This plan's variant that reads x where the caller's data buffer is not x (built
-        here, once: every rank sends and receives the same messages either way)."""
-        if self._variant is None:
+    def out_of_place(self, filled: slice, kept: slice) -> Plan:
+        """This plan's variant that reads x where the caller's data buffer is not x: x is
+        ``filled`` of data before the schedule, the result is ``kept`` of it after (built
+        once for each: every rank sends and receives the same messages either way). Its
+        ``window`` is the part of data it runs on: ``kept`` where it uses no element
+        outside it (reduce_scatter on 2 ranks: its data buffer is then the result's), else
+        all of data."""
+        key = (filled.start, filled.stop, kept.start, kept.stop)
+        variant = self._variants.get(key)
+        if variant is None:
             variant = copy.copy(self)
             variant.source = True
-            variant._compile(np.zeros(self.count, bool))
-            self._variant = variant
-        return self._variant
+            written = _Written([(0, filled.start), (filled.stop, self.count)])
+            variant._compile(written, filled.start, kept)
+            variant._variants = {}
+            used = [(s.lo, s.hi) for _, sends, recvs in variant.spans
+                    for s in [*sends, *(r.wire for r in recvs), *(r.dst for r in recvs)]
+                    if s is not None and s.buf == DATA and s.lo < s.hi]
+            used += [r for step in variant.steps if isinstance(step, CopyStep)
+                     for r in step.ranges]
+            if kept != variant.window and all(kept.start <= lo and hi <= kept.stop
+                                              for lo, hi in used):
+                variant._move(kept)
+            self._variants[key] = variant
+        return variant
+
+    def _move(self, window: slice) -> None:
+        """Run on ``window`` of data only: every data span moved down by its start."""
+        by = window.start
+
+        def moved(span):
+            return span if span is None or span.buf != DATA else \
+                span._replace(lo=span.lo - by, hi=span.hi - by)
+        steps, spans = [], iter(self.spans)
+        for step in self.steps:
+            if isinstance(step, CopyStep):
+                steps.append(CopyStep([(lo - by, hi - by) for lo, hi in step.ranges],
+                                      step.shift - by))
+                continue
+            where, sends, recvs = next(spans)
+            sends = [moved(s) for s in sends]
+            recvs = [r._replace(wire=moved(r.wire), dst=moved(r.dst)) for r in recvs]
+            steps.append(P2PStep(where, sends, recvs))
+        self.steps = steps
+        self.spans = [(step.where, step.sends, step.recvs) for step in steps
+                      if not isinstance(step, CopyStep)]
+        self.window = window
 
     def buffers(self, dtype: np.dtype, landing: bool = True):
         """The (scratch, landing) arrays of ``dtype`` for this plan, each allocated once when

@@ -162,12 +162,14 @@ class Stream(_Program):
     puts piece t of every send, then takes piece t - 1 of every receive; a put
     waits for its half to be taken, two pieces back, which the peer does in its
     round before, so no two ranks wait for each other. An out-of-place
-    variant's copies of x are local rows. Reading from the senders (``attach``: the ranks
-    read each other's memory, and the buffer is :data:`ATTACH_BYTES` or more, or
-    ``PYAR_CMA=1``) a step's rows are instead an OFFER per send (where the message lies) and a GET
-    or GET_FOLD per receive (read from the sender, folded through a bounce); a sender waits
-    until an offer is taken (TAKEN) only before it first writes where it offered, offers in
-    that mailbox again, or returns. Marks and errors are a Resident's;
+    variant's copies of x are local rows. Reading from the senders (``attach``:
+    the ranks read each other's memory, and the buffer is :data:`ATTACH_BYTES`
+    or more, or ``PYAR_CMA=1``) a step's rows are instead an OFFER per send
+    (where the message lies) and a GET or GET_FOLD per receive (read from the
+    sender, folded through a bounce; an out-of-place variant's fold takes x's
+    part in the same pass); a sender waits until an offer is taken (TAKEN)
+    only before it first writes where it offered, offers in that mailbox
+    again, or returns. Marks and errors are a Resident's;
     :meth:`execution` gives the steps (row ranges) for :class:`~.progress.Run`.
     Limits: a step whose receives land where it sends from, or on overlapping
     spans, does not stream (:func:`_streamable`; such a plan sends through MPI).
@@ -214,7 +216,7 @@ class Stream(_Program):
             sender waits for its receivers only before it changes what it offered."""
             for offer in [o for o in pending if writes is None or overlap(o[0], writes)]:
                 span, where, peer, (s0, s1), stamps = offer
-                rows.append([mailbox.TAKEN, s0, s1, 0, 0, 0, 0, 0])
+                rows.append([mailbox.TAKEN, s0, s1, 0, 0, 0, 0, 0, 0])
                 waits.append((where, peer, stamps))
                 pending.remove(offer)
 
@@ -227,7 +229,7 @@ class Stream(_Program):
                 # an OFFER waits for its mailbox's last offer to be taken: that one's TAKEN
                 pending[:] = [o for o in pending if o[3] != box.addresses[k][:2]]
                 rows.append([mailbox.OFFER, *box.addresses[k], at(s, 5, s.lo),
-                             (s.hi - s.lo) * size, os.getpid()])
+                             (s.hi - s.lo) * size, os.getpid(), 0])
                 waits.append((step.where, s.peer, box.stamps[k]))
                 pending.append((s, step.where, s.peer, box.addresses[k][:2], box.stamps[k]))
             for r in step.recvs:
@@ -235,23 +237,22 @@ class Stream(_Program):
                 box = channels.into[r.wire.peer]
                 target, n = (r.wire if r.dst is None else r.dst), (r.wire.hi - r.wire.lo) * size
                 taken(target)
-                rows.append([mailbox.GET_FOLD if r.fold else mailbox.GET, *box.addresses[k],
-                             at(target, 5, target.lo), n, kind if r.fold else 0])
+                x = r.source if r.dst is None else None     # x's part folded in (into target)
+                fold = r.fold or x is not None
+                rows.append([mailbox.GET_FOLD if fold else mailbox.GET, *box.addresses[k],
+                             at(target, 5, target.lo), n, kind if fold else 0,
+                             0 if x is None else at(x, 8, x.lo)])
                 waits.append((step.where, r.wire.peer, box.stamps[k]))
-                x = r.source
-                if r.dst is None and x is not None:     # then x's part folded in
-                    rows.append([mailbox.FOLD, 0, 0, at(x, 3, x.lo), at(x, 4, x.lo),
-                                 at(target, 5, target.lo), n, kind])
-                    waits.append((step.where, None, None))
 
         for step in plan.steps:
             first = len(rows)
             if isinstance(step, CopyStep):          # x into data: local rows
                 for lo, hi in step.ranges:
-                    x, to = Span(None, SOURCE, lo, hi), Span(None, DATA, lo, hi)
+                    x = Span(None, SOURCE, lo - step.shift, hi - step.shift)
+                    to = Span(None, DATA, lo, hi)
                     taken(to)
-                    rows.append([mailbox.COPY, 0, 0, at(x, 3, lo), at(x, 4, lo), at(to, 5, lo),
-                                 (hi - lo) * size, 0])
+                    rows.append([mailbox.COPY, 0, 0, at(x, 3, x.lo), at(x, 4, x.lo),
+                                 at(to, 5, lo), (hi - lo) * size, 0, 0])
                     waits.append(("", None, None))
                 self.steps.append(ProgramStep(self, first, len(rows), "x copied in"))
                 continue
@@ -266,7 +267,8 @@ class Stream(_Program):
                 for s, p in puts:
                     if t < len(p):
                         addresses, stamps, lo, hi = p[t]
-                        rows.append([mailbox.PUT, *addresses, at(s, 5, lo), (hi - lo) * size, 0])
+                        rows.append([mailbox.PUT, *addresses, at(s, 5, lo), (hi - lo) * size, 0,
+                                     0])
                         waits.append((step.where, s.peer, stamps))
                 for r, p in takes:
                     if 0 < t <= len(p):
@@ -274,13 +276,13 @@ class Stream(_Program):
                         target, n = (r.wire if r.dst is None else r.dst), (hi - lo) * size
                         lo += target.lo - r.wire.lo
                         rows.append([mailbox.FOLD if r.fold else mailbox.COPY, *addresses,
-                                     at(target, 5, lo), n, kind if r.fold else 0])
+                                     at(target, 5, lo), n, kind if r.fold else 0, 0])
                         waits.append((step.where, r.wire.peer, stamps))
                         x = r.source
                         if r.dst is None and x is not None:     # then x's part folded in
                             rows.append([mailbox.FOLD, 0, 0, at(x, 3, lo + x.lo - target.lo),
                                          at(x, 4, lo + x.lo - target.lo), at(target, 5, lo),
-                                         n, kind])
+                                         n, kind, 0])
                             waits.append((step.where, None, None))
             self.steps.append(ProgramStep(self, first, len(rows), step.where))
         if pending:             # the call returns: its buffers are the caller's again
@@ -503,7 +505,7 @@ class Resident(_Program):
                     finishes.append(tuple(bound_fold(target, v, reduction) if fold else
                                           _copier(target, v) for v in box.halves(k, dtype)))
                     takes.append(((mailbox.FOLD if fold else mailbox.COPY, *box.addresses[k],
-                                   target.ctypes.data, target.nbytes, kind if fold else 0),
+                                   target.ctypes.data, target.nbytes, kind if fold else 0, 0),
                                   (where, wire.peer, box.stamps[k])))
                     continue
                 view = bufs[wire.buf][wire.lo:wire.hi]
@@ -526,7 +528,8 @@ class Resident(_Program):
                 sent[s.peer] += 1
                 puts.append((s.peer, box.stamps[k],
                              tuple(_copier(v, view) for v in box.halves(k, dtype)), view.nbytes))
-                rows.append((mailbox.PUT, *box.addresses[k], view.ctypes.data, view.nbytes, 0))
+                rows.append((mailbox.PUT, *box.addresses[k], view.ctypes.data, view.nbytes, 0,
+                             0))
                 waits.append((where, s.peer, box.stamps[k]))
             for row, wait in takes:
                 rows.append(row)
@@ -542,7 +545,7 @@ class Resident(_Program):
             if source is not None:      # a local row, no wait: data = source (run(fill=True))
                 self.source, self.start = source, 1
                 rows.insert(0, (mailbox.COPY, 0, 0, source.ctypes.data, source.ctypes.data,
-                                self.data.ctypes.data, self.data.nbytes, 0))
+                                self.data.ctypes.data, self.data.nbytes, 0, 0))
                 waits.insert(0, ("", None, None))
             self._load(rows, waits)
             self.program_steps = [ProgramStep(self, first + self.start if i else 0,

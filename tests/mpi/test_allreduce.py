@@ -295,7 +295,7 @@ def test_large_calls_on_one_node_stream_through_mailboxes(comm):
             failures.append(str(e))
     agree(comm, not failures, "; ".join(failures[:2]))
     plan = next(p for p in pyar.Comm.of(sub).plans.values() if p.count == count)
-    streams = [s for v in (plan, plan.out_of_place()) for s in v._streams.values()]
+    streams = [s for v in (plan, *plan._variants.values()) for s in v._streams.values()]
     pool = shm.pool_of(pyar.Comm.of(sub).mpi)
     one_node = pool is not None and len(pool.local) == comm.size and \
         len(pool.segments[0]) >= 1 << 20
@@ -336,7 +336,7 @@ def test_large_calls_read_from_the_senders_memory_give_the_mailboxes_bits(comm, 
                           "sum", f"PYAR_CMA={cma}: ring")
         pool = shm.pool_of(pyar.Comm.of(sub).mpi)
         streams = [s for p in pyar.Comm.of(sub).plans.values()
-                   for v in (p, p.out_of_place()) for s in v._streams.values() if s]
+                   for v in (p, *p._variants.values()) for s in v._streams.values() if s]
         attach = pool is not None and pool.attach
         attached[cma] = attach
         offers = [bool((s.program[:, 0] == mailbox.OFFER).any()) for s in streams]

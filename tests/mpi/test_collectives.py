@@ -15,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 import pyar
 from pyar.algorithms import algorithm as registered
 from pyar.collectives import collective as record_of, records
+from pyar.model.cost import RESIDENT_BYTES
 from pyar.runtime.baseline import library_call
 from pyar.runtime.library import wraps
 from pyar.core.ops import DTYPES, HALF, Op, is_float
@@ -154,6 +155,49 @@ def test_calls_back_to_back_each_get_their_own_data(comm, collective, algorithm)
         if bad:
             wrong.append(f"call {i}: {bad}")
     agree(comm, not wrong, f"{collective} {algorithm}: {wrong[:3]}")
+
+
+DIRECT = [(c, a) for c, a in CASES if record_of(c).direct(4, 2, 0, 0) is not None]
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("collective,algorithm", DIRECT)
+def test_large_out_of_place_calls_read_x_itself(comm, collective, algorithm):
+    """Above RESIDENT_BYTES, a call apart from x runs the plan's out-of-place variant, which
+    reads x itself (reduce_scatter on 2 ranks runs in the result's buffer alone): every out
+    form, x left alone, a persistent request's starts reading x anew, against the library."""
+    record = record_of(collective)
+    count = RESIDENT_BYTES // 2 + 3 * comm.size + 1     # (float64: through the senders' memory)
+    root = comm.size - 1
+    failures = []
+    for i, (dtype, op) in enumerate([(np.float64, Op.SUM), (np.int32, Op.MAX),
+                                     (HALF[1], Op.MIN)]):
+        op = op if record.reduces else Op.SUM
+        x = sample(comm.rank, count, dtype, op, seed=i)
+        shape = record.result_shape(x.shape, comm.size, comm.rank)
+        outs = {"new": None, "out": np.full(shape, 7, dtype),
+                "strided": np.full(shape[:-1] + (2 * shape[-1],), 7, dtype)[..., ::2]}
+        for form, out in outs.items():
+            what = f"{collective} {algorithm} {np.dtype(dtype)} {op} {form}"
+            try:
+                result = check(comm, collective, algorithm, x, op, root, what, out)
+                if out is not None and result is not None and result is not out:
+                    failures.append(f"{what}: the result is not out")
+            except AssertionError as e:
+                failures.append(str(e))
+    x = sample(comm.rank, count, np.float32, Op.SUM, seed=5)
+    out = np.empty(record.result_shape(x.shape, comm.size, comm.rank), x.dtype)
+    kw = {"root": root} if record.rooted else {}
+    with getattr(pyar, f"{collective}_init")(x, out, algorithm=algorithm, **kw) as request:
+        for start in range(3):
+            x[...] = sample(comm.rank, count, np.float32, Op.SUM, seed=start)
+            expected, scale = oracle(comm, collective, x, Op.SUM, root)
+            request.start()
+            bad = verdict(collective, request.wait(), expected, scale, Op.SUM, comm.size,
+                          x.dtype)
+            if bad:
+                failures.append(f"{collective} {algorithm} persistent, start {start}: {bad}")
+    agree(comm, not failures, "; ".join(failures[:2]))
 
 
 LAYOUTS = ["new", "in_place", "out", "strided_new", "strided_in_place", "strided_out"]

@@ -3,6 +3,9 @@ a receiver's FOLD or COPY rows) fold and copy as reduce_into does, and keep the 
 of pyar.runtime.shm: a wait gives up after its polls and resumes, a half is reused only once
 taken, calls alternate halves, and another call's mark is reported, not folded."""
 
+import ctypes
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -24,9 +27,9 @@ class Pair:
         base = -self.segment.ctypes.data % 64
         self.channel = Channel(1, self.segment, base, sizes)
         self.keep = srcs, dsts
-        self.put = np.array([(mailbox.PUT, *a, s.ctypes.data, s.nbytes, 0)
+        self.put = np.array([(mailbox.PUT, *a, s.ctypes.data, s.nbytes, 0, 0)
                              for a, s in zip(self.channel.addresses, srcs)], np.int64)
-        self.take = np.array([(row, *a, d.ctypes.data, d.nbytes, k) for a, d, (row, k)
+        self.take = np.array([(row, *a, d.ctypes.data, d.nbytes, k, 0) for a, d, (row, k)
                               in zip(self.channel.addresses, dsts, kinds)], np.int64)
 
     def send(self, half, mark=MARK, start=0, spins=100):
@@ -92,11 +95,51 @@ def test_local_rows_fold_and_copy_without_stamps():
     x, data = np.arange(5, dtype=np.int64), np.full(5, 10, np.int64)
     kind = mailbox.kind(np.int64, "sum")
     rows = np.array([(mailbox.COPY, 0, 0, x.ctypes.data, x.ctypes.data, data.ctypes.data,
-                      16, 0),
+                      16, 0, 0),
                      (mailbox.FOLD, 0, 0, x.ctypes.data, x.ctypes.data, data.ctypes.data,
-                      40, kind)], np.int64)
+                      40, kind, 0)], np.int64)
     for half, expected in ((0, [0, 2, 12, 13, 14]), (1, [0, 2, 14, 16, 18])):
         assert run(rows.ctypes.data, 2, 0, half, FINGERPRINT, 7, 1) == 2
         assert data.tolist() == expected
     assert run(rows.ctypes.data, 2, 1, 0, FINGERPRINT, 7, 1) == 2     # from row 1 on only
     assert data.tolist() == [0, 3, 16, 19, 22]
+
+
+
+def _readable_here() -> bool:
+    """Whether this process may read its own memory with process_vm_readv."""
+    x, got = np.arange(4, dtype=np.int64), np.zeros(4, np.int64)
+    try:
+        readv = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    except AttributeError:
+        return False
+    readv.restype = ctypes.c_ssize_t
+    local = (ctypes.c_void_p * 2)(got.ctypes.data, 32)     # (an iovec: base, length)
+    remote = (ctypes.c_void_p * 2)(x.ctypes.data, 32)
+    return readv(os.getpid(), local, 1, remote, 1, 0) == 32 and got.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(not _readable_here(), reason="process_vm_readv is refused here")
+@pytest.mark.parametrize("nbytes", [0, 8, mailbox.BOUNCE - 8, 3 * mailbox.BOUNCE + 24])
+def test_get_fold_reads_the_offer_and_folds_it_into_dst_or_from_x(nbytes):
+    """An OFFER row leaves where the message lies; GET_FOLD reads it from the offering process
+    (here this one) and folds it into dst, or with x (the last column) makes dst = x op
+    message; the offer's TAKEN then finds the half free. Pieces of BOUNCE and a remainder."""
+    n = nbytes // 8
+    message, x = np.arange(n, dtype=np.float64), np.full(n, 0.5)
+    segment = np.zeros(4 * (mailbox.BOUNCE_AT + mailbox.BOUNCE) + 16384, np.uint8)
+    channel = Channel(1, segment, -segment.ctypes.data % 64,
+                      [mailbox.BOUNCE_AT + mailbox.BOUNCE])
+    (s0, s1, b0, b1), = channel.addresses
+    kind = mailbox.kind(np.float64, "sum")
+    for into_x in (False, True):
+        dst = np.full(n, 10.0)
+        offer = np.array([(mailbox.OFFER, s0, s1, b0, b1, message.ctypes.data, nbytes,
+                           os.getpid(), 0),
+                          (mailbox.TAKEN, s0, s1, 0, 0, 0, 0, 0, 0)], np.int64)
+        get = np.array([(mailbox.GET_FOLD, s0, s1, b0, b1, dst.ctypes.data, nbytes, kind,
+                         x.ctypes.data if into_x else 0)], np.int64)
+        assert run(offer.ctypes.data, 2, 0, 1, FINGERPRINT, 7, 100) == 1   # not taken yet
+        assert run(get.ctypes.data, 1, 0, 1, FINGERPRINT, 7, 100) == 1
+        assert run(offer.ctypes.data, 2, 1, 1, FINGERPRINT, 7, 100) == 2
+        assert dst.tolist() == (message + (0.5 if into_x else 10.0)).tolist()

@@ -34,8 +34,12 @@ copied in and out, or, once the same arrays come twice in a row, bound to
 them); a nonblocking ``pyar.iallreduce`` starts a request made for it alone
 and returns it. Costs and limits: a request holds its buffers and, for a
 plan of a node's ranks, some of the communicator's shared-memory segment
-(``PYAR_SHM_BYTES``; once it is full, requests send through MPI); requests
-on cupy arrays stage through the host at each start (:mod:`.device`).
+(``PYAR_SHM_BYTES``; once it is full, requests send through MPI); where the
+node's ranks read a large request's buffers from each other's memory, the
+kernel is asked to back them with huge pages at its init (a blocking call's
+once the same arrays come twice: :func:`.shm.huge_pages`, a few ms a 16 MiB
+buffer of 4 KiB pages, once); requests on cupy arrays stage through the host
+at each start (:mod:`.device`).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from ..core import buffers, ops
 from ..core.errors import PyarError
 from ..core.ops import Op
 from ..model import tuner
-from . import calls, notice, progress, recorder
+from . import calls, notice, progress, recorder, shm
 from .baseline import built_in, library
 from .comm import Comm
 from .plan import RESIDENT_BYTES, Engine
@@ -161,6 +165,8 @@ class Persistent:
             c.abandon(self._what(c.seq), e)
             recorder.failed(self.began, e)
             raise
+        if kind == "own":
+            self._settle()
         if self.began is not None and kind == "own":
             self.began[_ENDED] = _clock()
 
@@ -230,6 +236,15 @@ class Persistent:
         self.work, self.x, self.out, self.finish = work, x, out, work.finish
         self.shapes = (x.shape, None, None) if out is None else (x.shape, out.shape, out.dtype)
         self.averaged = work.reduced if self.op is Op.AVG else None   # where avg divides
+
+    def _settle(self) -> None:
+        """The bound buffers are kept from start to start: where the node's ranks read them
+        from each other's memory (a Stream's offers), backed by huge pages
+        (:func:`.shm.huge_pages`: read about twice as fast as 4 KiB pages)."""
+        if getattr(self.engine.program, "attach", False):
+            for a in (self.work.data, self.source):
+                if a is not None:
+                    shm.huge_pages(a)
 
     def _what(self, seq: int) -> str:
         x = self.sig
@@ -414,6 +429,7 @@ class Persistent:
         elif not self.seen:         # the same out again: the Resident bound to it from now on
             self.seen = True
             self._bind(x, out, self._prepare(x, out), "bound" if self._bindable(out) else None)
+            self._settle()
         elif x is not self.x:       # another x into the same out
             self._bind(x, out, self._prepare(x, out), "keep" if self._bindable(out) else None)
         c = self.c

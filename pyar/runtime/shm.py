@@ -59,7 +59,10 @@ ptrace policy refuses it), the mailbox of a Stream of
 :data:`pyar.runtime.programs.ATTACH_BYTES` or more (``PYAR_CMA=1``: of any
 size) carries only where a message lies in its sender's memory, and the
 receiver reads it from there (:attr:`Pool.attach`; ``PYAR_CMA=0`` turns it
-off, and ``pyar info`` says which is in use).
+off, and ``pyar info`` says which is in use). The kernel pins each page it
+reads, so a sender's buffer of huge pages is read about twice as fast as one
+of 4 KiB pages (8 MiB: 0.45 - 0.7 ms against 1.0 - 1.25 on the development
+machine); :func:`huge_pages` asks for them where a request keeps its buffers.
 """
 
 from __future__ import annotations
@@ -86,6 +89,32 @@ _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store ord
 PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
 _patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
 _CPUS = 1 << 14              # processor numbers an affinity mask is read up to
+
+
+_HUGE = 2 << 20             # bytes: a huge page (x86-64's and arm64's usual)
+_MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25     # Linux's madvise advice numbers
+_madvise: list = []         # libc's madvise, bound at the first use (None: none)
+
+
+def huge_pages(a: np.ndarray) -> None:
+    """Ask the kernel to back the whole huge pages within ``a`` with huge pages: MADV_HUGEPAGE,
+    then MADV_COLLAPSE (Linux 6.1 and later), which moves the bytes there at once, at about
+    3 GB/s on the development machine. Advice only: where refused or not known, nothing
+    changes; ``a``'s contents are kept either way. Costs a few ms a 16 MiB buffer of 4 KiB
+    pages, little for one already of huge pages."""
+    if not _madvise:
+        try:
+            call = ctypes.CDLL(None, use_errno=True).madvise
+            call.argtypes, call.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], \
+                ctypes.c_int
+        except AttributeError:     # no such call in this C library
+            call = None
+        _madvise.append(call)
+    lo = -(-a.ctypes.data // _HUGE) * _HUGE
+    hi = (a.ctypes.data + a.nbytes) // _HUGE * _HUGE
+    if _madvise[0] is not None and hi > lo:
+        for advice in (_MADV_HUGEPAGE, _MADV_COLLAPSE):
+            _madvise[0](lo, hi - lo, advice)
 
 
 def _aligned(nbytes: int) -> int:

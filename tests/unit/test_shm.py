@@ -1,6 +1,9 @@
 """The shared-memory mailboxes on one rank: layout, the pool's life (the protocol
 itself runs under MPI: tests/mpi, at every rank count of the matrix)."""
 
+import ctypes
+import platform
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -57,3 +60,52 @@ def test_a_half_of_a_page_or_more_starts_mid_page_away_from_page_aligned_buffers
     assert stamps[6] - stamps[5] == 64 + 4096 and stamps[7] - stamps[6] == 4096 + 64
     assert all(a < b for a, b in zip(stamps, stamps[1:]))   # in order, none overlapping
     assert origin + end == stamps[-1] + 4096 + 64
+
+
+def _huge_kib(lo: int, hi: int) -> int:
+    """AnonHugePages (KiB) of this process's mappings that lie within [lo, hi)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            field = line.split()
+            if "-" in field[0] and not field[0].endswith(":"):
+                start, end = (int(v, 16) for v in field[0].split("-"))
+                inside = lo <= start and end <= hi
+            elif inside and field[0] == "AnonHugePages:":
+                total += int(field[1])
+    return total
+
+
+def _collapses() -> bool:
+    """Whether this kernel has transparent huge pages and MADV_COLLAPSE (Linux 6.1+)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            if "[never]" in f.read():
+                return False
+        release = tuple(int(v) for v in platform.release().split(".")[:2])
+    except (OSError, ValueError):
+        return False
+    return release >= (6, 1)
+
+
+def test_huge_pages_keeps_the_bytes_and_backs_the_whole_huge_pages_within():
+    """shm.huge_pages on an array of 4 KiB pages (numpy's own huge-page advice turned off for
+    it): the bytes stay, and where the kernel collapses (MADV_COLLAPSE), the 2 MiB pages
+    wholly inside the array are huge pages after, none of them before; any array, even one
+    with no whole huge page or none at all, is accepted."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    huge = 2 << 20
+    buffer = np.empty(5 * huge, np.uint8)
+    libc.madvise(buffer.ctypes.data // 4096 * 4096, buffer.nbytes, 15)   # MADV_NOHUGEPAGE
+    buffer[:] = np.arange(buffer.size) % 251
+    a = buffer[100:]
+    lo = -(-a.ctypes.data // huge) * huge
+    hi = (a.ctypes.data + a.nbytes) // huge * huge
+    assert _huge_kib(lo, hi) == 0
+    shm.huge_pages(a)
+    assert np.array_equal(buffer, np.arange(buffer.size) % 251)
+    if _collapses():
+        assert _huge_kib(lo, hi) == (hi - lo) >> 10
+    for small in (np.zeros(0), np.zeros(3), a[:huge // 2]):
+        shm.huge_pages(small)

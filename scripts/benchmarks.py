@@ -6,6 +6,9 @@ python: MPICH's ``.venv``, Open MPI's ``.venv-openmpi``):
 - ``pyar bench -a auto --persistent``, 8 B - 64 MiB by 4x: pyar's ``auto`` and its
   persistent form against the library's ``MPI_Allreduce`` and ``MPI_Allreduce_init``,
   timed in the same run, in batches taking turns, out of place and in place;
+- ``pyar bench --collective reduce_scatter`` and ``allgather``, ``-a auto --persistent``,
+  1 - 64 MiB by 4x (20 timed calls each): the blocked collectives against the library's
+  own, blocking and persistent;
 - ``pyar overlap`` (under the first library): a training step's bucket allreduces behind
   compute, blocking, nonblocking and with a progress thread;
 - the cost model against measurement (under the first library): ``pyar tune``, then
@@ -117,8 +120,15 @@ def run(args) -> None:
         bench = out / f"bench-{tag}.json"
         mpi(python, "-m", "pyar", "bench", *sizes, "-a", "auto", "--persistent",
             "--json", str(bench), "--plot", str(out / f"bench-{tag}.png"))
+        blocked = {}
+        for collective in BLOCKED:
+            blocked[collective] = f"{collective}-{tag}.json"
+            large = ["-b", "1M", "-e", "4M", "-n", "3", "-w", "1"] if quick else \
+                ["-b", "1M", "-e", "64M", "-n", "20", "-w", "5"]
+            mpi(python, "-m", "pyar", "bench", "--collective", collective, *large, "-f", "4",
+                "-a", "auto", "--persistent", "--json", str(out / blocked[collective]))
         report["libraries"].append({**lib, "tag": tag, "bench": bench.name,
-                                    "plot": f"bench-{tag}.png"})
+                                    "plot": f"bench-{tag}.png", "blocked": blocked})
     tag = report["libraries"][0]["tag"]
     model = {"library": tag, "tuning": f"tuning-{tag}.json", "bench": f"model-{tag}.json",
              "regret": f"regret-{tag}.json"}
@@ -178,6 +188,29 @@ def library_table(bench: dict) -> list[str]:
         lines.append(f"| {size_text(size)} | {a.get('chosen') or '-'} | "
                      f"{m['out_of_place']['time_us']:.1f} | {a['out_of_place']['time_us']:.1f} | "
                      f"{oop:.2f}x | {ip:.2f}x | {init} | {a['out_of_place']['busbw']:.2f} |")
+    return lines
+
+
+BLOCKED = ("reduce_scatter", "allgather")      # the blocked collectives' tables
+
+
+def blocked_table(benches: dict) -> list[str]:
+    """Each of ``benches`` (collective: its bench JSON): pyar's ``auto`` and its persistent
+    form against the faster of the library's blocking and persistent calls, at each size."""
+    lines = ["| collective | size | auto runs | MPI (us) | MPI_init (us) | pyar (us) "
+             "| pyar init (us) | pyar / best MPI | init / best MPI |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for collective, bench in benches.items():
+        table = rows(bench)
+        for size in sorted({s for _, s in table}):
+            time = {name: table[name, size]["out_of_place"]["time_us"]
+                    for name in ("mpi", "mpi_init", "auto", "auto_init")}
+            best = min(time["mpi"], time["mpi_init"])
+            lines.append(f"| {collective} | {size_text(size)} | "
+                         f"{table['auto', size].get('chosen') or '-'} | {time['mpi']:.1f} | "
+                         f"{time['mpi_init']:.1f} | {time['auto']:.1f} | "
+                         f"{time['auto_init']:.1f} | {time['auto'] / best:.2f}x | "
+                         f"{time['auto_init'] / best:.2f}x |")
     return lines
 
 
@@ -244,6 +277,17 @@ def write(args) -> None:
         lines += ["", f"## {lib['name']}", "", *library_table(benches[lib["tag"]]), "",
                   f"![time and busbw against size, {lib['name']}]"
                   f"({Path(args.out).as_posix()}/{lib['plot']})"]
+    libraries = [lib for lib in report["libraries"] if lib.get("blocked")]
+    if libraries:
+        lines += ["", "## Reduce-scatter and allgather", "",
+                  "`pyar bench --collective reduce_scatter` (and `allgather`) `-b 1M -e 64M "
+                  "-f 4 -n 20 -w 5 -a auto --persistent` on 2 ranks, float32 (sum): the size "
+                  "is the larger of x and the result, out of place; pyar's `auto` and its "
+                  "persistent form against the faster of the library's blocking and "
+                  "persistent call, timed in the same run."]
+        for lib in libraries:
+            lines += ["", f"### {lib['name']}", "", *blocked_table(
+                {c: json.loads((out / f).read_text()) for c, f in lib["blocked"].items()})]
     model = report.get("model")
     if model:
         lines += ["", "## The cost model against measurement", "",

@@ -89,3 +89,27 @@ def test_the_page_is_the_current_reference_only(tmp_path):
     fake_run(tmp_path, "bbb2222")            # the next run's page is written afresh
     benchmarks.main(["write", "--out", str(tmp_path), "--markdown", str(md)])
     assert md.read_text() == text
+
+
+def test_the_blocked_collectives_table_is_against_the_faster_library_call(tmp_path):
+    """reduce_scatter and allgather rows: pyar's auto and auto_init over the faster of the
+    library's blocking and persistent calls; a run without them has no such section."""
+    md = tmp_path / "BENCHMARKS.md"
+    fake_run(tmp_path, "aaa1111")
+    benchmarks.main(["write", "--out", str(tmp_path), "--markdown", str(md)])
+    assert "## Reduce-scatter and allgather" not in md.read_text()
+    report = json.loads((tmp_path / "run.json").read_text())
+    blocked = {}
+    for collective, mpi, init in (("reduce_scatter", 400.0, 500.0), ("allgather", 300.0, 200.0)):
+        blocked[collective] = f"{collective}-mpich.json"
+        times = {("mpi", 16 << 20): mpi, ("mpi_init", 16 << 20): init,
+                 ("auto", 16 << 20): 240.0, ("auto_init", 16 << 20): 160.0}
+        (tmp_path / blocked[collective]).write_text(json.dumps(bench(times)))
+    report["libraries"][0]["blocked"] = blocked
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    benchmarks.main(["write", "--out", str(tmp_path), "--markdown", str(md)])
+    text = md.read_text()
+    assert text.count("## Reduce-scatter and allgather") == 1 and "### mpich 5.0.2" in text
+    assert "| reduce_scatter | 16 MiB | ring | 400.0 | 500.0 | 240.0 | 160.0 | 0.60x | 0.40x |" \
+        in text
+    assert "| allgather | 16 MiB | ring | 300.0 | 200.0 | 240.0 | 160.0 | 1.20x | 0.80x |" in text

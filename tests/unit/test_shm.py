@@ -92,7 +92,8 @@ def test_huge_pages_keeps_the_bytes_and_backs_the_whole_huge_pages_within():
     """shm.huge_pages on an array of 4 KiB pages (numpy's own huge-page advice turned off for
     it): the bytes stay, and where the kernel collapses (MADV_COLLAPSE), the 2 MiB pages
     wholly inside the array are huge pages after, none of them before; any array, even one
-    with no whole huge page or none at all, is accepted."""
+    with no whole huge page or none at all, is accepted. (Advice: asked again where the kernel
+    collapsed only some for the moment.)"""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     huge = 2 << 20
@@ -106,6 +107,11 @@ def test_huge_pages_keeps_the_bytes_and_backs_the_whole_huge_pages_within():
     shm.huge_pages(a)
     assert np.array_equal(buffer, np.arange(buffer.size) % 251)
     if _collapses():
+        for _ in range(5):      # (a collapse may be refused for the moment: EAGAIN under load)
+            if _huge_kib(lo, hi) == (hi - lo) >> 10:
+                break
+            shm.huge_pages(a)
         assert _huge_kib(lo, hi) == (hi - lo) >> 10
+        assert np.array_equal(buffer, np.arange(buffer.size) % 251)
     for small in (np.zeros(0), np.zeros(3), a[:huge // 2]):
         shm.huge_pages(small)

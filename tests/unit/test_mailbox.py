@@ -121,19 +121,28 @@ def _readable_here() -> bool:
 
 @pytest.mark.skipif(not _readable_here(), reason="process_vm_readv is refused here")
 @pytest.mark.parametrize("nbytes", [0, 8, mailbox.BOUNCE - 8, 3 * mailbox.BOUNCE + 24])
-def test_get_fold_reads_the_offer_and_folds_it_into_dst_or_from_x(nbytes):
+@pytest.mark.parametrize("past", [0, 16])
+def test_get_fold_reads_the_offer_and_folds_it_into_dst_or_from_x(nbytes, past):
     """An OFFER row leaves where the message lies; GET_FOLD reads it from the offering process
     (here this one) and folds it into dst, or with x (the last column) makes dst = x op
-    message; the offer's TAKEN then finds the half free. Pieces of BOUNCE and a remainder."""
+    message, also where dst lies just past x modulo a page (``past`` bytes: the fold then
+    goes through the bounce); the offer's TAKEN then finds the half free. Pieces of BOUNCE
+    and a remainder."""
     n = nbytes // 8
-    message, x = np.arange(n, dtype=np.float64), np.full(n, 0.5)
+    memory = np.zeros(2 * n + 4096, np.float64)
+    start = -memory.ctypes.data % 4096 // 8            # x from a page's start, dst past it
+    x = memory[start:start + n]
+    x[:] = 0.5
+    message = np.arange(n, dtype=np.float64)
     segment = np.zeros(4 * (mailbox.BOUNCE_AT + mailbox.BOUNCE) + 16384, np.uint8)
     channel = Channel(1, segment, -segment.ctypes.data % 64,
                       [mailbox.BOUNCE_AT + mailbox.BOUNCE])
     (s0, s1, b0, b1), = channel.addresses
     kind = mailbox.kind(np.float64, "sum")
     for into_x in (False, True):
-        dst = np.full(n, 10.0)
+        at = start + n + (-n % 512) + past // 8      # (dst - x: a multiple of 4 KiB, + past)
+        dst = memory[at:at + n]
+        dst[:] = 10.0
         offer = np.array([(mailbox.OFFER, s0, s1, b0, b1, message.ctypes.data, nbytes,
                            os.getpid(), 0),
                           (mailbox.TAKEN, s0, s1, 0, 0, 0, 0, 0, 0)], np.int64)

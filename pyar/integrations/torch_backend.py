@@ -31,12 +31,14 @@ a uint8 view, SUM as logical or and PRODUCT as logical and (MIN, MAX as for uint
 ``async_op=True`` (and every call DDP makes) starts pyar's nonblocking collective and
 returns a :class:`PyarWork` at once; its ``get_future()`` is completed by a helper thread
 that advances the requests in flight (``Request.test()``) every 50 us while any is
-pending, so DDP's bucket allreduces run while backward computes. ``async_op=False`` runs
-pyar's blocking call (its cached request: no thread involved). The group's ``timeout``
-(``init_process_group(timeout=...)``, torch's default 30 minutes) is pyar's ``timeout=`` on
-every call; a pyar failure (a timeout, a mismatch between the ranks' calls, a peer's
-failure) is raised as ``torch.distributed.DistBackendError`` with pyar's message (which
-call, which rank, which step, which peer), from the call or from ``wait()``.
+pending, so DDP's bucket allreduces run while backward computes; it stops at the
+interpreter's exit, after its pass in progress (:class:`.poller.Poller`).
+``async_op=False`` runs pyar's blocking call (its cached request: no thread involved).
+The group's ``timeout`` (``init_process_group(timeout=...)``, torch's default 30 minutes)
+is pyar's ``timeout=`` on every call; a pyar failure (a timeout, a mismatch between the
+ranks' calls, a peer's failure) is raised as ``torch.distributed.DistBackendError`` with
+pyar's message (which call, which rank, which step, which peer), from the call or from
+``wait()``.
 
 Costs beyond pyar's collective: ``gather`` is an allgather of which the root keeps the
 blocks and ``scatter`` a broadcast of the root's stacked blocks (each rank receives ``N``

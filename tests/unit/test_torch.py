@@ -115,3 +115,27 @@ def test_ddp_example_at_4_ranks_trains_as_gloo_does():
     proc = run(4, "examples/ddp_torch.py", timeout=400)
     assert proc.returncode == 0, explain(proc)
     assert "check: losses on pyar equal gloo's" in proc.stdout, explain(proc)
+
+
+EXIT_DURING_CALLBACK = """
+import threading, time
+import torch, torch.distributed as dist, pyar.torch
+dist.init_process_group("pyar")
+began = threading.Event()
+def slow(future):
+    began.set()
+    time.sleep(0.3)
+    print("callback finished", flush=True)
+dist.all_reduce(torch.ones(4), async_op=True).get_future().then(slow)
+assert began.wait(60)
+"""
+
+
+def test_exit_while_a_works_callback_runs_waits_for_it_and_exits_cleanly():
+    """The main thread ends while the backend's helper thread is inside a work's future
+    callback: the process waits for the callback and exits 0 (a daemon thread finalized
+    under it would abort the process inside torch's C++, "terminate called without an
+    active exception")."""
+    proc = run(2, "-c", EXIT_DURING_CALLBACK, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout.count("callback finished") == 2, explain(proc)

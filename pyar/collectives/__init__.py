@@ -35,6 +35,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .. import kernels
 from ..core import buffers
 from ..core.schedule import split
 
@@ -67,12 +68,13 @@ def widened(record, x: np.ndarray, out, rank: int, size: int, root: int, dtype) 
 
     def finish():
         wide.finish()
-        if narrow.reduced is not None:
-            with np.errstate(over="ignore"):    # (beyond the half type's range: inf, as IEEE)
-                narrow.reduced[...] = wide.reduced
+        if narrow.reduced is not None:          # (beyond the half type's range: inf, as IEEE)
+            kernels.cast_into(narrow.reduced, wide.reduced)
         return narrow.finish()
-    return Work(wide.data, wide.reduced, finish, partial(np.copyto, shadow, x,
-                                                         casting="unsafe"))
+
+    def load():
+        kernels.cast_into(shadow.reshape(-1), x.reshape(-1))
+    return Work(wide.data, wide.reduced, finish, load)
 
 
 def block(count: int, size: int, rank: int) -> slice:

@@ -1,4 +1,4 @@
-"""The reduction loops, written once and compiled for each target (host, CUDA, the simulator).
+"""The reduction and conversion loops, written once and compiled for each target (host, CUDA, the simulator).
 
 Every loop visits ``range(start, n, stride)``: the host runs it with
 ``(0, 1)``, a CUDA thread with its grid index and the grid size (a grid-stride
@@ -100,15 +100,25 @@ def loops(jit, device_jit, as_float, as_bits) -> SimpleNamespace:
             for i in range(start, dst.size, stride):
                 dst[i] = down(up(src[i]) / d)
 
+        def widen(dst, src, start, stride):
+            """``dst[i] = src[i]``: half bit patterns to float32 (exact)."""
+            for i in range(start, dst.size, stride):
+                dst[i] = up(src[i])
+
+        def narrow(dst, src, start, stride):
+            """``dst[i] = src[i]``: float32 to half bit patterns (nearest-even)."""
+            for i in range(start, dst.size, stride):
+                dst[i] = down(src[i])
+
         # Distinct names: Numba names compiled code by qualified name, types and a per-process
         # counter, so two closures of one name could clash when loaded from the cache together.
-        for f in (fold, divide):
+        for f in (fold, divide, widen, narrow):
             f.__name__ = f"{f.__name__}_{name}"
             f.__qualname__ = f"{f.__qualname__}_{name}"
-        return jit(fold), jit(divide)
+        return jit(fold), jit(divide), jit(widen), jit(narrow)
 
-    fold_f16, divide_f16 = half("f16", f16_to_f32, f32_to_f16)
-    fold_bf16, divide_bf16 = half("bf16", bf16_to_f32, f32_to_bf16)
+    fold_f16, divide_f16, widen_f16, narrow_f16 = half("f16", f16_to_f32, f32_to_f16)
+    fold_bf16, divide_bf16, widen_bf16, narrow_bf16 = half("bf16", bf16_to_f32, f32_to_bf16)
 
     @jit
     def divide_float(dst, src, divisor, start, stride):
@@ -118,4 +128,6 @@ def loops(jit, device_jit, as_float, as_bits) -> SimpleNamespace:
 
     return SimpleNamespace(fold_int=fold_int, fold_float=fold_float, fold_f16=fold_f16,
                            fold_bf16=fold_bf16, divide_f16=divide_f16, divide_bf16=divide_bf16,
-                           divide_float=divide_float)
+                           divide_float=divide_float, widen_f16=widen_f16,
+                           narrow_f16=narrow_f16, widen_bf16=widen_bf16,
+                           narrow_bf16=narrow_bf16)

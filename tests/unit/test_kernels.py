@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from pyar.kernels import DTYPES, HALF, OPS, bound_fold, divide_into, folder, reduce_into
+from pyar.kernels import (DTYPES, HALF, OPS, bound_fold, cast_into, divide_into, folder,
+                          reduce_into)
 
 UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 CANONICAL_NAN = {np.dtype(np.float16): 0x7E00, np.dtype(ml_dtypes.bfloat16): 0x7FC0,
@@ -130,6 +131,63 @@ def test_every_half_bit_pattern_divided(dtype):
         want.view(np.uint16)[np.isnan(want)] = CANONICAL_NAN[dtype]
         ok, where = same_bits(got, want)
         assert ok, f"{dtype} / {divisor}: {where}"
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_cast_into_widens_every_half_bit_pattern_as_numpy_does(dtype):
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(dtype)
+    got = np.empty(every.size, np.float32)
+    cast_into(got, every)
+    ok, where = same_bits(got, every.astype(np.float32))    # NaN payloads kept, as numpy
+    assert ok, f"{dtype} -> float32: {where}"
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_cast_into_rounds_float32_to_half_as_numpy_does(dtype):
+    """Any float32 bits (infinities, NaNs, subnormals, beyond the half type's range) and
+    ordinary values over 24 decades, rounded to the half type: numpy's and ml_dtypes' bits,
+    canonical NaNs."""
+    rng = np.random.default_rng(2)
+    ordinary = rng.standard_normal(1 << 16).astype(np.float32) * \
+        np.float32(10.0) ** rng.integers(-12, 12, 1 << 16).astype(np.float32)
+    halfway = (np.arange(1 << 16, dtype=np.uint32) << 13 | 0x1000).view(np.float32)
+    src = np.concatenate([ordinary, rng.integers(0, 1 << 32, 1 << 16, np.uint32).view(
+        np.float32), halfway, np.array([0, -0.0, np.inf, -np.inf, np.nan, 65504, 65520,
+                                        3.4e38, 1e-45], np.float32)])
+    got = np.empty(src.size, dtype)
+    cast_into(got, src)
+    with np.errstate(all="ignore"):
+        want = src.astype(dtype)
+    want.view(np.uint16)[np.isnan(want)] = CANONICAL_NAN[dtype]
+    ok, where = same_bits(got, want)
+    assert ok, f"float32 -> {dtype}: {where}"
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: cast_into(np.empty(2, np.float64), np.ones(2, np.float16)), TypeError,
+     "between float32 and float16 or bfloat16, got ndarray float64 from ndarray float16"),
+    (lambda: cast_into(np.empty(2, np.float16), np.ones(2, np.float16)), TypeError,
+     "float16 from ndarray float16"),
+    (lambda: cast_into(np.empty(3, np.float32), np.ones(2, np.float16)), ValueError,
+     r"1-D arrays of one length, got \(3,\) and \(2,\)"),
+    (lambda: cast_into(np.empty((2, 2), np.float32), np.ones((2, 2), np.float16)),
+     ValueError, "1-D"),
+    (lambda: cast_into([1.0], np.ones(1, np.float16)), TypeError, "got list None"),
+])
+def test_cast_into_refuses_what_it_does_not_convert(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_cast_into_strided_arrays(dtype):
+    src = np.arange(20, dtype=np.float32)[::2]
+    half = np.zeros(20, dtype)[1::2]
+    cast_into(half, src)
+    assert same_bits(half, src.astype(dtype))[0]
+    back = np.zeros(30, np.float32)[::3]
+    cast_into(back, half)
+    assert same_bits(back, src)[0]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

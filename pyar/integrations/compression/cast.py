@@ -17,7 +17,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ... import api
+from ... import api, kernels
 from . import Transform, register, sent_bytes
 
 DTYPES = {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
@@ -32,13 +32,20 @@ class Cast(Transform):
         self.eps = EPS[name]
 
     def contribution(self, p, size, decode=True):
-        payload = (p / np.float32(size)).astype(self.dtype)
-        return payload, payload.astype(np.float32) * np.float32(size) if decode else None
+        payload = np.empty(p.size, self.dtype)
+        kernels.cast_into(payload, p / np.float32(size))
+        if not decode:
+            return payload, None
+        decoded = np.empty(p.size, np.float32)
+        kernels.cast_into(decoded, payload)
+        return payload, np.multiply(decoded, np.float32(size), out=decoded)
 
     def exchange(self, payload, count, comm, timeout):
         total = yield api.iallreduce(payload, payload, op="sum", comm=comm, timeout=timeout,
                                      reduce_dtype=self.dtype)
-        return total.astype(np.float32)
+        average = np.empty(total.size, np.float32)
+        kernels.cast_into(average, total)
+        return average
 
     def wire_bytes(self, count, comm):
         return sent_bytes("allreduce", count, self.dtype, comm)

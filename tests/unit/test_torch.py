@@ -111,8 +111,9 @@ def test_ddp_example_at_4_ranks_trains_as_gloo_does():
     """examples/ddp_torch.py at 4 ranks (make examples runs it at 2): 50 steps of DDP on
     backend="pyar" and on gloo, plain and with the fp16 hook; the example checks that the
     losses agree on every rank and step and that the parameters end bitwise identical on
-    every rank (about a minute on 2 cores)."""
-    proc = run(4, "examples/ddp_torch.py", timeout=400)
+    every rank (about a minute on 2 cores). Should it hang, the timeout's SIGTERM prints
+    every rank's Python stacks into the report."""
+    proc = run(4, "tests/helpers/stacks_on_term.py", "examples/ddp_torch.py", timeout=400)
     assert proc.returncode == 0, explain(proc)
     assert "check: losses on pyar equal gloo's" in proc.stdout, explain(proc)
 

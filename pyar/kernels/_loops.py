@@ -1,4 +1,5 @@
-"""The reduction and conversion loops, written once and compiled for each target (host, CUDA, the simulator).
+"""The reduction and conversion loops, written once and compiled for each target (host, CUDA,
+the simulator).
 
 Every loop visits ``range(start, n, stride)``: the host runs it with
 ``(0, 1)``, a CUDA thread with its grid index and the grid size (a grid-stride

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from launch import ROOT, explain, run
+from launch import FATAL_STACKS, ROOT, explain, run
 
 EXAMPLES = os.environ.get("PYAR_MATRIX_EXAMPLES", "25")
 
@@ -63,7 +63,7 @@ def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None, cma=None):
     case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI (the run
                                     # at 4 ranks: all mailboxes is 2, 3, 5 and 8's setting)
 def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, cma, capsys, request):
-    env = {"PYAR_TEST_EXAMPLES": EXAMPLES}
+    env = {"PYAR_TEST_EXAMPLES": EXAMPLES, **FATAL_STACKS}
     if cma:
         env["PYAR_CMA"] = cma
     if shard:

@@ -58,15 +58,20 @@ def init(backend: str) -> None:
                             timeout=STORE_TIMEOUT)
 
 
-def fp16_compress_waited(group, bucket) -> torch.futures.Future[torch.Tensor]:
-    """torch's ``fp16_compress_hook`` (the bucket cast to float16 and divided by the group
-    size, allreduced, cast back), waited for in the hook instead of in a ``.then``
-    callback: torch's gloo group, destroyed while its worker thread still releases such a
-    callback, deadlocks (docs/torch.md, Limits); with none, its teardown has nothing to
-    wait for."""
+def fp16_compress_waited(kept: dict, bucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's ``fp16_compress_hook`` arithmetic (the bucket cast to float16 and divided by
+    the world size, allreduced, cast back), waited for in the hook, into a float16 buffer
+    per bucket that ``kept`` (the hook's state) holds for the whole run. torch's gloo
+    group, destroyed while one of its two worker threads still releases a Python future
+    callback, deadlocks: the destructor joins the workers holding the GIL (docs/torch.md,
+    Limits). With no callback, and no tensor made in Python whose last reference a worker
+    holds (letting go of one takes the GIL), its teardown waits for nothing Python."""
     buffer = bucket.buffer()
-    compressed = buffer.to(torch.float16).div_(dist.get_world_size(group))
-    dist.all_reduce(compressed, group=group)
+    compressed = kept.get(bucket.index())
+    if compressed is None or compressed.shape != buffer.shape:
+        compressed = kept[bucket.index()] = torch.empty_like(buffer, dtype=torch.float16)
+    compressed.copy_(buffer).div_(dist.get_world_size())
+    dist.all_reduce(compressed)
     buffer.copy_(compressed)
     done = torch.futures.Future()
     done.set_result(buffer)
@@ -100,7 +105,7 @@ def train(backend: str, compression: str, bucket_cap_mb: float, steps: int):
                                                             compression="fp16"),
                                        pyar.torch.comm_hook)
             else:
-                ddp.register_comm_hook(None, fp16_compress_waited)
+                ddp.register_comm_hook({}, fp16_compress_waited)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
         losses, seconds = [], []
         rank = dist.get_rank()
@@ -114,11 +119,7 @@ def train(backend: str, compression: str, bucket_cap_mb: float, steps: int):
             seconds.append(time.perf_counter() - began)
             losses.append(loss.item())
         params = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
-        # torch's gloo group joins its worker thread when destroyed, with the GIL held; a
-        # worker still busy with a call's Python objects then waits for the GIL for ever
-        # (a deadlock in torch). The barrier runs on that worker after every call: once it
-        # is done, the worker is idle.
-        dist.barrier()
+        dist.barrier()      # every rank's calls done before the group goes
         return np.array(losses), seconds[WARMUP:], params
     finally:
         dist.destroy_process_group()

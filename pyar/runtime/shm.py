@@ -4,11 +4,11 @@ A :class:`pyar.runtime.programs.Resident` sends a message to a rank of its own
 node by copying it into a mailbox that the receiver folds (or copies) from
 in place, instead of posting an MPI request: no handshake, no eager limit,
 and on the development machine an exchange of 8 bytes takes about 1 us
-against 2.2 through MPI's own shared-memory queue. The memory is one MPI-3
-shared window per communicator and node (:class:`Pool`,
-``MPI_Win_allocate_shared``), carved for each plan and element size into
-*channels*, one per ordered pair of ranks that the plan connects, each in
-the receiver's segment::
+against 2.2 through MPI's own shared-memory queue. The memory is one
+shared mapping per communicator and node (:class:`Pool`, :func:`map_node`: a
+file in /dev/shm, a segment of it per rank), carved for each plan and element
+size into *channels*, one per ordered pair of ranks that the plan connects,
+each in the receiver's segment::
 
     [message 0: two halves | message 1: two halves | ...]
     half: [stamp | bytes], from a cache line on (a half of a page or more:
@@ -26,9 +26,10 @@ check, in the cache line that its first bytes travel in. Message ``k`` of a
 call goes to half ``c mod 2`` of slot ``k`` (``c`` the plan's calls so far):
 calls alternate halves, so a sender waits only until the receiver has taken
 the message two calls back in that half.
-MPI_Win_sync orders copies and stamps where the processor could reorder
-them (after a copy, before its stamp; after seeing a stamp, before reading
-the half; before clearing it), which x86-64 never does: its stores become
+A memory fence (:func:`pyar.kernels.mailbox.fence`) orders copies and stamps
+where the processor could reorder them (after a copy, before its stamp; after
+seeing a stamp, before reading the half; before clearing it), which x86-64
+never does: its stores become
 visible in program order and its loads pass no earlier load and no later
 store, so there the stamps alone suffice (each copy and stamp access is its
 own C call, so no compiler reorders them either). A Resident whose messages
@@ -68,19 +69,24 @@ machine); :func:`huge_pages` asks for them where a request keeps its buffers.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import platform
+import tempfile
+import time
 import zlib
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
 
 from ..core.errors import TimeoutError
 from ..core.topology import Topology
+from ..kernels import mailbox
 from . import progress, settings
 
-POOL_BYTES = 4 << 20        # each rank's segment of a communicator's window
+POOL_BYTES = 4 << 20        # each rank's segment of a communicator's shared mapping
 _LINE = 64                  # bytes: every half starts on a cache line
 _STAMP = 8                  # bytes: a half's stamp, in its first line with its first bytes
 _PAGE = 4096                # bytes: what addresses alias modulo (see Channel.layout)
@@ -89,11 +95,127 @@ _ORDERED = platform.machine().lower() in ("x86_64", "amd64")   # total store ord
 PATIENCE = 1e-3             # seconds a rank that has a core of its own polls before yielding
 _patience = [PATIENCE]      # in force: PATIENCE, or 0 once a pool's node is oversubscribed
 _CPUS = 1 << 14              # processor numbers an affinity mask is read up to
+_FILES = "/dev/shm" if os.path.isdir("/dev/shm") else None     # (None: the temporary dir)
 
 
 _HUGE = 2 << 20             # bytes: a huge page (x86-64's and arm64's usual)
 _MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25     # Linux's madvise advice numbers
 _madvise: list = []         # libc's madvise, bound at the first use (None: none)
+
+
+def map_node(node: MPI.Comm, nbytes: int) -> list[np.ndarray]:
+    """Shared memory for the ranks of ``node`` (ranks of one node), ``nbytes`` (rounded up to
+    whole pages; the ranks' may differ) for each, mapped by every one of them: each rank's
+    segment, in node rank order, each starting on a page. One file in /dev/shm (else in the
+    temporary directory) that node rank 0 makes, its blocks allocated at once (a full
+    /dev/shm is an error here, not a SIGBUS later), and unlinks once every rank has mapped
+    it (a job killed in between leaves it behind, ``pyar-*``); the memory goes with the
+    last view of it. Collective over ``node``; OSError on every rank where any rank failed.
+
+    Not an MPI shared window: MPICH (5.0.2) allocating or freeing one while another thread
+    of the process makes, frees or calls collectives on other communicators corrupts its
+    own list of segments, and a later ``MPI_Win_free`` fails an assertion (three threads
+    making communicators and windows at 8 ranks: within 200 rounds)."""
+    sizes = node.allgather(-(-nbytes // _PAGE) * _PAGE)
+    ends = np.cumsum(sizes).tolist()
+    rank, name, error, memory = node.Get_rank(), None, "", None
+    if rank == 0:
+        try:
+            fd, name = tempfile.mkstemp(prefix="pyar-", dir=_FILES)
+            try:
+                os.posix_fallocate(fd, 0, ends[-1])
+            finally:
+                os.close(fd)
+        except OSError as e:
+            where = _FILES or tempfile.gettempdir()
+            error = f"node rank 0 making {ends[-1]} bytes in {where}: {e}"
+    name, error = node.bcast((name, error), root=0)
+    if not error:
+        try:
+            fd = os.open(name, os.O_RDWR)
+            try:
+                memory = mmap.mmap(fd, ends[-1])
+            finally:
+                os.close(fd)
+        except OSError as e:
+            error = f"node rank {rank} mapping {name}: {e}"
+    errors = [e for e in node.allgather(error) if e]    # every rank has mapped it, or failed
+    if rank == 0 and name is not None:
+        os.unlink(name)
+    if errors:
+        raise OSError(f"shared memory for pyar's mailboxes: {errors[0]}")
+    whole = np.frombuffer(memory, np.uint8)
+    return [whole[end - size:end] for size, end in zip(sizes, ends)]
+
+
+class Probe(NamedTuple):
+    works: bool
+    detail: str             # the error, or what it cost
+
+
+def probe(comm=None, nbytes: int = 1 << 20) -> Probe:
+    """Whether :func:`map_node` of ``nbytes`` a rank works on the node of this rank of
+    ``comm`` (COMM_WORLD), and its cost there: mapping, and one round trip of a counter
+    between two ranks of the node (as a mailbox's). Collective over ``comm``; the ranks of
+    a node get the same answer (the slowest one's costs)."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    error, costs = "", ""
+    try:
+        start = time.perf_counter()
+        segments = map_node(node, nbytes)
+        mapped = time.perf_counter() - start
+    except OSError as e:
+        segments, error = None, str(e)
+    ok = np.array([segments is not None], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, ok, MPI.MIN)
+    if segments is not None:
+        trip = _round_trip(segments[0], node) if ok[0] else None
+        costs = np.array([mapped, trip or 0.0])
+        node.Allreduce(MPI.IN_PLACE, costs, MPI.MAX)     # the node's ranks say the same
+        mapped, trip = costs.tolist()
+        costs = f"{nbytes >> 20} MiB a rank in {mapped * 1e3:.2f} ms" + (
+            f", a round trip through it {trip * 1e6:.2f} us" if trip else "")
+    node.Free()
+    if not ok[0]:
+        return Probe(False, error or "failed on another rank of the job")
+    return Probe(True, costs)
+
+
+def _round_trip(segment: np.ndarray, node, budget: float = 0.05) -> float | None:
+    """Seconds of one round trip of a counter between node ranks 0 and 1 through
+    ``segment``, memory they share (on rank 0; None elsewhere and on a node of one rank):
+    each side polls, as a mailbox's receiver does. At most 2,000 trips, and about
+    ``budget`` seconds: on an oversubscribed node the two ranks share cores with the
+    others, which poll in the barrier, and a trip can take a time slice (2,000 took 35 s
+    at 8 ranks on 2 cores)."""
+    rank, most = node.Get_rank(), 2000
+    ping, pong = (memoryview(segment[at:at + 8]).cast("q") for at in (0, 64))
+    if rank == 0:
+        ping[0] = pong[0] = 0
+    node.Barrier()
+    start = time.perf_counter()
+    trips = 1
+    if node.Get_size() > 1 and rank == 0:
+        end, trips = start + budget, 0
+        while trips < most and (trips % 8 or time.perf_counter() < end):
+            trips += 1
+            ping[0] = trips
+            while pong[0] < trips:
+                pass
+        ping[0] = -1                # done
+    elif node.Get_size() > 1 and rank == 1:
+        seen = 0
+        while True:
+            while ping[0] == seen:
+                pass
+            seen = ping[0]
+            if seen < 0:
+                break
+            pong[0] = seen
+    seconds = (time.perf_counter() - start) / trips
+    node.Barrier()
+    return seconds if rank == 0 and node.Get_size() > 1 else None
 
 
 def huge_pages(a: np.ndarray) -> None:
@@ -115,6 +237,9 @@ def huge_pages(a: np.ndarray) -> None:
     if _madvise[0] is not None and hi > lo:
         for advice in (_MADV_HUGEPAGE, _MADV_COLLAPSE):
             _madvise[0](lo, hi - lo, advice)
+
+
+_sync = None if _ORDERED else mailbox.fence     # a Channels' memory barrier, where one is needed
 
 
 def _aligned(nbytes: int) -> int:
@@ -232,10 +357,10 @@ class Channel:
 
 class Channels:
     """A plan's channels for one element size: ``out[peer]``, ``into[peer]`` (comm ranks), the
-    calls run so far (None once unusable), and the memory barrier ``sync`` (MPI_Win_sync;
-    None on x86-64, which needs none); ``span``: where its ``into`` mailboxes lie in this
-    rank's segment (``(start, end)`` bytes); ``attach``: a Stream's, its pool's
-    :attr:`Pool.attach`."""
+    calls run so far (None once unusable), and the memory barrier ``sync``
+    (:func:`pyar.kernels.mailbox.fence`; None on x86-64, which needs none); ``span``: where
+    its ``into`` mailboxes lie in this rank's segment (``(start, end)`` bytes); ``attach``:
+    a Stream's, its pool's :attr:`Pool.attach`."""
 
     def __init__(self, out: dict, into: dict, sync, span=(0, 0)):
         self.out, self.into, self.sync, self.calls = out, into, sync, 0
@@ -243,7 +368,7 @@ class Channels:
 
 
 class Pool:
-    """This rank's segment of a shared window over the ranks of ``comm`` on its node.
+    """This rank's segment of a shared mapping over the ranks of ``comm`` on its node.
 
     Made collectively (by :func:`pool_of`); freed collectively by :meth:`free`. It also
     finds out whether the node has a processor for each of the communicator's ranks on it
@@ -271,11 +396,7 @@ class Pool:
         group.Free()
         local.Free()
         self.local = {r: n for r, n in enumerate(ranks) if n != MPI.UNDEFINED}
-        nbytes = -(-nbytes // 4096) * 4096      # whole pages: every segment starts aligned
-        self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=self.node)
-        self.win.Lock_all()
-        self.segments = [np.frombuffer(self.win.Shared_query(n)[0], np.uint8)
-                         for n in range(self.node.Get_size())]
+        self.segments = map_node(self.node, nbytes)     # each from a page on
         mine = self.segments[self.node.Get_rank()]
         self.used = -mine.ctypes.data % _LINE   # stamps never straddle a cache line
         self.carved: list[Channels] = []
@@ -347,10 +468,12 @@ class Pool:
             return None
         mine[self.used:mine_at] = 0
         start, self.used = self.used, mine_at
-        self.win.Sync()
         theirs = np.empty_like(table)
+        if _sync is not None:       # (the zeroed mailboxes seen before the peers hear of them)
+            _sync()
         bounded(self.node.Ialltoall(table, theirs), (table, theirs))  # (where my channel
-        self.win.Sync()             # to them starts, what they expect from me, what they send me)
+        if _sync is not None:       # to them starts, what they expect from me, what they send me)
+            _sync()
         # a pair whose ranks disagree on its messages (the ranks' plans differ) goes through
         # MPI: a message of another size is reported by its receiver
         wanted = len(out) + len(into)
@@ -364,7 +487,7 @@ class Pool:
             if not agreed[0]:
                 self.used = start
                 return None
-        carved = Channels(out, into, None if _ORDERED else self.win.Sync, (start, mine_at))
+        carved = Channels(out, into, _sync, (start, mine_at))
         self.carved.append(carved)
         return carved
 
@@ -379,14 +502,13 @@ class Pool:
             self.used = self.carved.pop().span[0]
 
     def free(self) -> None:
-        """Free the window and the node communicator (collective over the node); Residents
-        on its channels raise from now on."""
+        """Let go of the shared memory (unmapped once no array views it any more) and free
+        the node communicator (collective over the node); Residents on its channels raise
+        from now on."""
         for carved in self.carved:
             carved.calls = None
         self.segments, self.carved, self.streamed = [], [], {}
         if not MPI.Is_finalized():
-            self.win.Unlock_all()
-            self.win.Free()
             self.node.Free()
 
 

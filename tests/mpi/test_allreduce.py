@@ -366,10 +366,10 @@ def test_freeing_a_communicator_frees_its_persistent_requests_and_mailboxes(comm
     sub.Free()          # the Comm goes with it, and frees what its plans hold
     error = outcome(request.start)
     agree(comm, len(residents) == 2 and all(r.steps is None for r in residents)
-          and (pool is None or pool.win == MPI.WIN_NULL)
+          and (pool is None or pool.node == MPI.COMM_NULL and pool.segments == [])
           and isinstance(error, pyar.PyarError) and "communicator was freed" in str(error),
           f"{len(residents)} residents, freed: {[r.steps is None for r in residents]}, "
-          f"pool {pool and pool.win}, running one afterwards: {error!r}")
+          f"pool {pool and pool.node}, running one afterwards: {error!r}")
 
 
 @pytest.mark.parametrize("count, algorithm, steps", [(4, "recursive_doubling", 1),

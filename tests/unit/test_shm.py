@@ -20,7 +20,7 @@ def test_a_pool_is_made_once_aligned_and_freed_with_its_communicator(monkeypatch
     assert shm.pool_of(comm) is pool and len(pool.segments) == 1
     assert len(pool.segments[0]) == 4096 and (pool.segments[0].ctypes.data + pool.used) % 64 == 0
     comm.Free()
-    assert pool.win == MPI.WIN_NULL and pool.segments == []
+    assert pool.node == MPI.COMM_NULL and pool.segments == []
     monkeypatch.setenv("PYAR_SHM_BYTES", "0")
     comm = MPI.COMM_SELF.Dup()
     assert shm.pool_of(comm) is None

@@ -8,12 +8,17 @@ signature fits a call's arguments, through the dispatcher's
 ``flock`` on a file beside the cache, so calls that fit pay nothing. Numba's
 own set-up of its typing and target contexts (about half a second, once a
 process) runs before the lock, so that ranks starting together do it at once
-rather than one after another.
+rather than one after another; within a process, one thread at a time (under
+Numba's compiler lock: threads refreshing the contexts at once raised
+"generator already executing" in a third of the processes whose three
+threads made their first kernel calls together).
 """
 
 import fcntl
 import os
 import tempfile
+
+from numba.core.compiler_lock import global_compiler_lock
 
 
 class lock:
@@ -41,8 +46,9 @@ def serialise(kernel):
     compile_for_args = kernel._compile_for_args
 
     def locked(*args, **kws):
-        kernel.typingctx.refresh()
-        kernel.targetctx.refresh()
+        with global_compiler_lock:
+            kernel.typingctx.refresh()
+            kernel.targetctx.refresh()
         with lock(kernel):
             return compile_for_args(*args, **kws)
 

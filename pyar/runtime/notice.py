@@ -279,7 +279,9 @@ class Notice:
         known."""
         seq, agreed = self.owner.seq, self.owner.agreed
         odd: dict = {}          # number -> {rank: its call there, in words}
-        for rank, message in self.peers.items():
+        # (a copy: another thread's poll may add a peer's report meanwhile; list() of a
+        # dict's items runs in C, holding the GIL throughout)
+        for rank, message in list(self.peers.items()):
             for s, theirs, call in message["calls"]:    # the latest call of one of the two
                 if s == min(seq, message["seq"]) and seq - RECENT < s and \
                         self._mine(s)[0] != theirs and \

@@ -503,8 +503,9 @@ def start_once(record, x, out, op, algorithm, comm, root, timeout, then=None,
 
 def _forget(c: Comm) -> None:
     """Drop the cached requests of ``c`` (freed, or unusable)."""
-    for key in [k for k, request in _cache.items() if request.c is c]:
-        del _cache[key]
+    for key, request in list(_cache.items()):  # (a copy, taken at once: other threads'
+        if request.c is c:                      # blocking calls change _cache meanwhile)
+            _cache.pop(key, None)
 
 
 Comm.on_retire.append(_forget)

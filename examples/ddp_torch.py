@@ -7,8 +7,8 @@ SGD (lr 0.05) steps. The same training runs once per backend (``--backends``, de
 ``pyar,gloo``: gloo's group on a TCP port rank 0 picks), and per compression
 (``--compression none,fp16``: fp16 is pyar's comm hook, ``pyar.torch.comm_hook`` with
 ``HookState(compression="fp16")``, on the pyar backend, and torch's ``fp16_compress_hook``
-arithmetic on gloo, :func:`fp16_compress_waited`) and bucket size (``--bucket-cap-mb``,
-default 25). It prints each run's final loss and median step time (forward, backward
+arithmetic on gloo, per parameter after DDP's backward with no sync:
+:func:`fp16_allreduce_grads`) and bucket size (``--bucket-cap-mb``, default 25). It prints each run's final loss and median step time (forward, backward
 with DDP's bucket allreduces, optimizer step; the first 5 steps left out) and checks
 (``--no-check`` to skip) that
 
@@ -58,24 +58,20 @@ def init(backend: str) -> None:
                             timeout=STORE_TIMEOUT)
 
 
-def fp16_compress_waited(kept: dict, bucket) -> torch.futures.Future[torch.Tensor]:
-    """torch's ``fp16_compress_hook`` arithmetic (the bucket cast to float16 and divided by
-    the world size, allreduced, cast back), waited for in the hook, into a float16 buffer
-    per bucket that ``kept`` (the hook's state) holds for the whole run. torch's gloo
-    group, destroyed while one of its two worker threads still releases a Python future
-    callback, deadlocks: the destructor joins the workers holding the GIL (docs/torch.md,
-    Limits). With no callback, and no tensor made in Python whose last reference a worker
-    holds (letting go of one takes the GIL), its teardown waits for nothing Python."""
-    buffer = bucket.buffer()
-    compressed = kept.get(bucket.index())
-    if compressed is None or compressed.shape != buffer.shape:
-        compressed = kept[bucket.index()] = torch.empty_like(buffer, dtype=torch.float16)
-    compressed.copy_(buffer).div_(dist.get_world_size())
-    dist.all_reduce(compressed)
-    buffer.copy_(compressed)
-    done = torch.futures.Future()
-    done.set_result(buffer)
-    return done
+def fp16_allreduce_grads(model, kept: list) -> None:
+    """torch's ``fp16_compress_hook`` arithmetic (each gradient cast to float16 and divided
+    by the world size, allreduced, cast back), per parameter after the backward pass, into
+    float16 buffers that ``kept`` holds for the whole run: the fp16 reference on gloo. No
+    DDP comm hook on gloo: a gloo group with one (a hook's future callback, or a tensor
+    made in Python whose last reference a worker held) hung now and then on a loaded
+    machine (docs/torch.md, Limits)."""
+    world = dist.get_world_size()
+    if not kept:
+        kept.extend(torch.empty_like(p.grad, dtype=torch.float16) for p in model.parameters())
+    for p, compressed in zip(model.parameters(), kept):
+        compressed.copy_(p.grad).div_(world)
+        dist.all_reduce(compressed)
+        p.grad.copy_(compressed)
 
 
 def model_and_teacher():
@@ -98,23 +94,26 @@ def train(backend: str, compression: str, bucket_cap_mb: float, steps: int):
     try:
         model, teacher = model_and_teacher()
         ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
-        if compression == "fp16":
-            if backend == "pyar":
-                group = dist.distributed_c10d._get_default_group()
-                ddp.register_comm_hook(pyar.torch.HookState(comm=group.comm,
-                                                            compression="fp16"),
-                                       pyar.torch.comm_hook)
-            else:
-                ddp.register_comm_hook({}, fp16_compress_waited)
+        by_hand = compression == "fp16" and backend != "pyar"   # gloo's fp16 reference
+        if compression == "fp16" and backend == "pyar":
+            group = dist.distributed_c10d._get_default_group()
+            ddp.register_comm_hook(pyar.torch.HookState(comm=group.comm, compression="fp16"),
+                                   pyar.torch.comm_hook)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-        losses, seconds = [], []
+        losses, seconds, kept = [], [], []
         rank = dist.get_rank()
         for step in range(steps):
             x, y = batch(step, rank, teacher)
             began = time.perf_counter()
             opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(ddp(x), y)
-            loss.backward()
+            if by_hand:
+                with ddp.no_sync():
+                    loss = torch.nn.functional.cross_entropy(ddp(x), y)
+                    loss.backward()
+                fp16_allreduce_grads(model, kept)
+            else:
+                loss = torch.nn.functional.cross_entropy(ddp(x), y)
+                loss.backward()
             opt.step()
             seconds.append(time.perf_counter() - began)
             losses.append(loss.item())

@@ -469,10 +469,13 @@ class Pool:
         mine[self.used:mine_at] = 0
         start, self.used = self.used, mine_at
         theirs = np.empty_like(table)
-        if _sync is not None:       # (the zeroed mailboxes seen before the peers hear of them)
+        # tell each peer where my channel to them starts, what they expect from me and what
+        # they send me; fenced on both sides where the processor reorders (the zeroed
+        # mailboxes seen before the peers hear of them, theirs after)
+        if _sync is not None:
             _sync()
-        bounded(self.node.Ialltoall(table, theirs), (table, theirs))  # (where my channel
-        if _sync is not None:       # to them starts, what they expect from me, what they send me)
+        bounded(self.node.Ialltoall(table, theirs), (table, theirs))
+        if _sync is not None:
             _sync()
         # a pair whose ranks disagree on its messages (the ranks' plans differ) goes through
         # MPI: a message of another size is reported by its receiver

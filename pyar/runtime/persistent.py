@@ -265,7 +265,7 @@ class Persistent:
         finally:
             c.leave()
 
-    def _start(self, c: Comm) -> None:
+    def _start(self, c: Comm, blocking: bool = False) -> None:
         if c.broken is not None:    # a peer's failure told meanwhile is raised first, once
             c.notice.receive(True)
             c.check_usable()
@@ -295,7 +295,7 @@ class Persistent:
             program = engine.program
             if program is not None and progress.hook is None and not progress.OPEN and \
                     progress.thread is None:        # nothing else in flight: at once
-                stopped = program.attempt(seq)
+                stopped = program.attempt(seq, blocking)
                 if stopped is None:
                     self.run = None
                     self._complete()
@@ -438,7 +438,7 @@ class Persistent:
             raise self._refused("start")
         c.enter(self.label)         # (held until the call returns, as any blocking call's)
         try:
-            self._start(c)
+            self._start(c, True)
             result = self.wait()
         finally:
             c.leave()

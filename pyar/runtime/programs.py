@@ -79,6 +79,7 @@ class _Program:
         # they hold the core that the awaited rank needs
         self.spins = _NATIVE_SPINS if shm.patience() else 1
         self.start_spins = _START_SPINS if shm.patience() else 1
+        self.blocking_spins = _BLOCKING_SPINS if shm.patience() else 1
         if _native[0] is None:
             _native[0] = mailbox.runner()
 
@@ -104,14 +105,15 @@ class _Program:
         if self.channels is not None:
             self.channels.calls = None
 
-    def attempt(self, seq: int):
+    def attempt(self, seq: int, blocking: bool = False):
         """Call number ``seq`` (the communicator's), run as far as the peers allow now (a
-        persistent request's start), polling each stamp :data:`_START_SPINS` times (once on
-        an oversubscribed node): None if it completed, else (its program's call number,
-        the row it stopped at), for :meth:`execution` to go on from."""
+        persistent request's start), polling each stamp :data:`_START_SPINS` times, or
+        :data:`_BLOCKING_SPINS` for a ``blocking`` call (once on an oversubscribed node):
+        None if it completed, else (its program's call number, the row it stopped at), for
+        :meth:`execution` to go on from."""
         call = self._begin()
         at = _native[0](self.address, self.rows, 0, call, self.fingerprint, seq,
-                        self.start_spins)
+                        self.blocking_spins if blocking else self.start_spins)
         if at == self.rows:
             self.channels.calls = call + 1
             return None
@@ -579,8 +581,13 @@ class Resident(_Program):
 _LIVE: weakref.WeakSet = weakref.WeakSet()      # Residents with requests to free
 _native = [None]            # kernels.mailbox's runner, loaded with the first native program
 _NATIVE_SPINS = 1024        # polls of a stamp (~1 us) in the program before Python waits
-_START_SPINS = 1 << 13      # polls of a stamp (~8 us) in a start's program before it returns
+_START_SPINS = 1 << 13      # polls of a stamp (~5 us) in a start's program before it returns
                             # (the peers of a small call arrive within a few microseconds)
+_BLOCKING_SPINS = 1 << 16   # polls (~40 us) in a blocking call's program before Python's wait
+                            # takes over: it would only wait on, at the cost of a run's set-up
+                            # (~10 us), and a late rank's longer call makes the next call's
+                            # peers late in turn (seen on 2 ranks: a third of one rank's small
+                            # calls went on in Python, at twice the time a call)
 
 
 @atexit.register            # runs before mpi4py's MPI_Finalize, a C-level exit hook

@@ -8,8 +8,9 @@ SGD (lr 0.05) steps. The same training runs once per backend (``--backends``, de
 (``--compression none,fp16``: fp16 is pyar's comm hook, ``pyar.torch.comm_hook`` with
 ``HookState(compression="fp16")``, on the pyar backend, and torch's ``fp16_compress_hook``
 arithmetic on gloo, per parameter after DDP's backward with no sync:
-:func:`fp16_allreduce_grads`) and bucket size (``--bucket-cap-mb``, default 25). It prints each run's final loss and median step time (forward, backward
-with DDP's bucket allreduces, optimizer step; the first 5 steps left out) and checks
+:func:`fp16_allreduce_grads`) and bucket size (``--bucket-cap-mb``, default 25). It
+prints each run's final loss and median step time (forward, backward with DDP's bucket
+allreduces, optimizer step; the first 5 steps left out) and checks
 (``--no-check`` to skip) that
 
 - on every rank the losses of every step on pyar equal gloo's within float rounding

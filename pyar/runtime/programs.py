@@ -587,7 +587,7 @@ _BLOCKING_SPINS = 1 << 16   # polls (~40 us) in a blocking call's program before
                             # takes over: it would only wait on, at the cost of a run's set-up
                             # (~10 us), and a late rank's longer call makes the next call's
                             # peers late in turn (on 2 ranks with a 5 us budget, up to a third
-                            # of one rank's small calls go on in Python, each taking twice as long)
+                            # of one rank's small calls go on in Python, each twice as long)
 
 
 @atexit.register            # runs before mpi4py's MPI_Finalize, a C-level exit hook

@@ -100,7 +100,7 @@ def test_huge_pages_keeps_the_bytes_and_backs_the_whole_huge_pages_within():
     the "hg" flag of their mappings), and where the kernel collapses (MADV_COLLAPSE) some of
     them are huge pages after, none before; any array, even one with no whole huge page or
     none at all, is accepted. (A collapse is advice too: under load the kernel refuses it
-    for the moment, EAGAIN, for most of them on a loaded machine; asked again here.)"""
+    for the moment, EAGAIN, for most of them; asked again here.)"""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     huge = 2 << 20

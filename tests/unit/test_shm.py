@@ -2,6 +2,7 @@
 itself runs under MPI: tests/mpi, at every rank count of the matrix)."""
 
 import ctypes
+import mmap
 import platform
 import time
 
@@ -95,17 +96,19 @@ def _collapses() -> bool:
 
 
 def test_huge_pages_keeps_the_bytes_and_backs_the_whole_huge_pages_within():
-    """shm.huge_pages on an array of 4 KiB pages (numpy's own huge-page advice turned off for
-    it): the bytes stay, the whole 2 MiB pages inside the array are advised (MADV_HUGEPAGE:
-    the "hg" flag of their mappings), and where the kernel collapses (MADV_COLLAPSE) some of
+    """shm.huge_pages on an array of 4 KiB pages (a fresh private mapping of its own, advised
+    against huge pages: the allocator may hand back pages an earlier array left huge): the
+    bytes stay, the whole 2 MiB pages inside the array are advised (MADV_HUGEPAGE: the "hg"
+    flag of their mappings), and where the kernel collapses (MADV_COLLAPSE) some of
     them are huge pages after, none before; any array, even one with no whole huge page or
     none at all, is accepted. (A collapse is advice too: under load the kernel refuses it
     for the moment, EAGAIN, for most of them; asked again here.)"""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     huge = 2 << 20
-    buffer = np.empty(5 * huge, np.uint8)
-    libc.madvise(buffer.ctypes.data // 4096 * 4096, buffer.nbytes, 15)   # MADV_NOHUGEPAGE
+    fresh = mmap.mmap(-1, 5 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buffer = np.frombuffer(fresh, np.uint8)
+    libc.madvise(buffer.ctypes.data, buffer.nbytes, 15)     # MADV_NOHUGEPAGE
     buffer[:] = np.arange(buffer.size) % 251
     a = buffer[100:]
     lo = -(-a.ctypes.data // huge) * huge

@@ -7,11 +7,9 @@ SGD (lr 0.05) steps. The same training runs once per backend (``--backends``, de
 ``pyar,gloo``: gloo's group on a TCP port rank 0 picks), and per compression
 (``--compression none,fp16``: fp16 is pyar's comm hook, ``pyar.torch.comm_hook`` with
 ``HookState(compression="fp16")``, on the pyar backend, and torch's ``fp16_compress_hook``
-arithmetic on gloo, per parameter after DDP's backward with no sync:
-:func:`fp16_allreduce_grads`) and bucket size (``--bucket-cap-mb``, default 25). It
-prints each run's final loss and median step time (forward, backward with DDP's bucket
-allreduces, optimizer step; the first 5 steps left out) and checks
-(``--no-check`` to skip) that
+on gloo) and bucket size (``--bucket-cap-mb``, default 25). It prints each run's final
+loss and median step time (forward, backward with DDP's bucket allreduces, optimizer
+step; the first 5 steps left out) and checks (``--no-check`` to skip) that
 
 - on every rank the losses of every step on pyar equal gloo's within float rounding
   (rtol 1e-4: at 3 ranks and more the two sum in other orders), for each compression;
@@ -34,6 +32,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import pyar.torch
 
@@ -59,22 +58,6 @@ def init(backend: str) -> None:
                             timeout=STORE_TIMEOUT)
 
 
-def fp16_allreduce_grads(model, kept: list) -> None:
-    """torch's ``fp16_compress_hook`` arithmetic (each gradient cast to float16 and divided
-    by the world size, allreduced, cast back), per parameter after the backward pass, into
-    float16 buffers that ``kept`` holds for the whole run: the fp16 reference on gloo. No
-    DDP comm hook on gloo: a gloo group with one (a hook's future callback, or a tensor
-    made in Python whose last reference a worker held) hung now and then on a loaded
-    machine (docs/torch.md, Limits)."""
-    world = dist.get_world_size()
-    if not kept:
-        kept.extend(torch.empty_like(p.grad, dtype=torch.float16) for p in model.parameters())
-    for p, compressed in zip(model.parameters(), kept):
-        compressed.copy_(p.grad).div_(world)
-        dist.all_reduce(compressed)
-        p.grad.copy_(compressed)
-
-
 def model_and_teacher():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(),
@@ -90,39 +73,48 @@ def batch(step: int, rank: int, teacher):
 
 
 def train(backend: str, compression: str, bucket_cap_mb: float, steps: int):
-    """(losses per step on this rank, step seconds, this rank's parameters' bytes)."""
+    """(losses per step on this rank, step seconds, this rank's parameters' bytes) of
+    :func:`train_ddp` on a default group of ``backend``, made for the run and destroyed
+    after it."""
     init(backend)
     try:
-        model, teacher = model_and_teacher()
-        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
-        by_hand = compression == "fp16" and backend != "pyar"   # gloo's fp16 reference
-        if compression == "fp16" and backend == "pyar":
-            group = dist.distributed_c10d._get_default_group()
-            ddp.register_comm_hook(pyar.torch.HookState(comm=group.comm, compression="fp16"),
-                                   pyar.torch.comm_hook)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-        losses, seconds, kept = [], [], []
-        rank = dist.get_rank()
-        for step in range(steps):
-            x, y = batch(step, rank, teacher)
-            began = time.perf_counter()
-            opt.zero_grad()
-            if by_hand:
-                with ddp.no_sync():
-                    loss = torch.nn.functional.cross_entropy(ddp(x), y)
-                    loss.backward()
-                fp16_allreduce_grads(model, kept)
-            else:
-                loss = torch.nn.functional.cross_entropy(ddp(x), y)
-                loss.backward()
-            opt.step()
-            seconds.append(time.perf_counter() - began)
-            losses.append(loss.item())
-        params = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+        result = train_ddp(backend, compression, bucket_cap_mb, steps)
         dist.barrier()      # every rank's calls done before the group goes
-        return np.array(losses), seconds[WARMUP:], params
+        return result
     finally:
         dist.destroy_process_group()
+
+
+def train_ddp(backend: str, compression: str, bucket_cap_mb: float, steps: int):
+    """``steps`` steps of DDP on the default group. The DDP module ends with this call,
+    before its group: its C++ Reducer holds a reference to the group, and a gloo group
+    whose last reference the Reducer drops is destroyed in the Reducer's destructor, which
+    holds the GIL while it joins gloo's worker threads. A worker still releasing a finished
+    call's Python state waits for the GIL meanwhile: a deadlock in torch (docs/torch.md,
+    Limits). ``destroy_process_group`` drops the last reference instead, through a binding
+    that releases the GIL."""
+    model, teacher = model_and_teacher()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    if compression == "fp16" and backend == "pyar":
+        group = dist.distributed_c10d._get_default_group()
+        ddp.register_comm_hook(pyar.torch.HookState(comm=group.comm, compression="fp16"),
+                               pyar.torch.comm_hook)
+    elif compression == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    losses, seconds = [], []
+    rank = dist.get_rank()
+    for step in range(steps):
+        x, y = batch(step, rank, teacher)
+        began = time.perf_counter()
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        seconds.append(time.perf_counter() - began)
+        losses.append(loss.item())
+    params = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    return np.array(losses), seconds[WARMUP:], params
 
 
 def main(argv=None) -> int:

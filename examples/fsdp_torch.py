@@ -66,11 +66,7 @@ def train(backend: str):
             opt.step()
             seconds.append(time.perf_counter() - began)
             losses.append(loss.item())
-        # torch's gloo group joins its worker thread when destroyed, with the GIL held; a
-        # worker still releasing a Python future callback (torch's fp16 hook) then waits
-        # for the GIL for ever (a deadlock in torch). The barrier runs on that
-        # worker after the last callback: once it is done, the worker is idle.
-        dist.barrier()
+        dist.barrier()      # every rank's calls done before the group goes
         return np.array(losses), seconds[WARMUP:]
     finally:
         dist.destroy_process_group()

@@ -37,7 +37,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 import pyar.torch
 
 WARMUP = 5      # steps left out of the step time
-STORE_TIMEOUT = datetime.timedelta(seconds=120)  # gloo's rendezvous and calls: an error, not a hang
+STORE_TIMEOUT = datetime.timedelta(seconds=120)  # gloo's rendezvous, calls: an error, not a hang
 
 
 def init(backend: str) -> None:

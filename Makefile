@@ -1,4 +1,4 @@
-# pyar: `make run` (the quick benchmark on 4 ranks) and `make test` (everything) set
+# pyar: `make run` (the quick benchmark on 4 ranks) and `make test` (the tests) set
 # themselves up on a fresh machine with only python3 >= 3.10 present.
 
 PYTHON   ?= python3
@@ -34,7 +34,7 @@ RUN_TIMEOUT ?= timeout -k 10 900
 # plugin's: 1.4 s of CPU a process here), anew each time without it.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test lint-imports test-quick test-mpi test-matrix bench benchmarks bench-kernels gpu-check \
+.PHONY: run test test-all lint-imports test-quick test-mpi test-matrix bench benchmarks bench-kernels gpu-check \
         examples verify docs algorithms-doc clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
@@ -58,17 +58,21 @@ run: $(VENV)/.kernels
 	$(RUN_TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m mpi4py -m pyar bench -b 8 -e 64M -f 2 -a all,auto \
 	  --json $(BENCH_OUT).json --plot $(BENCH_OUT).png
 
-# Everything: the pure tests on TEST_JOBS pytest workers (pytest-xdist: one alone leaves a
+# The tests: the pure tests on TEST_JOBS pytest workers (pytest-xdist: one alone leaves a
 # core idle while a test waits for a timeout or a single-process job; a module's tests keep
 # to one worker, --dist loadscope, so that a module fixture's MPI jobs run once), their 20
 # slowest at the end, the docs among them (tests/unit/test_docs.py: the site built strict, every
-# README and guide block run); then the MPI matrix, one run at a time (each says its rank
-# count, setting and time as it goes).
+# README and guide block run); then the MPI matrix's tier of make test (1, 2, 3 ranks and
+# emulated nodes at 5), one run at a time (each says its rank count, setting and time as it
+# goes). make test-all adds the rest of the matrix (CI runs it).
 TEST_JOBS ?= 2
 test: $(VENV)/.kernels lint-imports
 	$(PY) -m pytest tests --ignore=tests/test_mpi_matrix.py -n $(TEST_JOBS) --dist loadscope \
 	  --durations=20
-	$(PY) -m pytest tests/test_mpi_matrix.py -v
+	$(PY) -m pytest tests/test_mpi_matrix.py -v -m "not full"
+
+test-all: test
+	$(PY) -m pytest tests/test_mpi_matrix.py -v -m full
 
 # The layers contract (.importlinter, docs/architecture.md): imports only go down, and nothing
 # below the runtime imports mpi4py. A back-edge fails here, before any test runs.

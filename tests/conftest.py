@@ -44,6 +44,8 @@ def pytest_configure(config):
                                        "make test-quick leaves these out")
     config.addinivalue_line("markers", "sweep: enumerated cases that PYAR_TEST_SHARD splits "
                                        "between runs (tests/mpi/conftest.py)")
+    config.addinivalue_line("markers", "full: a run of the MPI matrix that only make test-all "
+                                       "runs (tests/test_mpi_matrix.py)")
 
 
 def pytest_collection_modifyitems(config, items):

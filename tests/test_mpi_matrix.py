@@ -14,6 +14,10 @@ other test, flat with mailboxes and with none; at 5 and 8 ranks they split every
 and on emulated nodes, in opposite halves at the two rank counts, so that each test runs at
 5 and 8 ranks once flat and once on emulated nodes (the 8-rank runs are the matrix's
 longest). Each sweep case runs at every rank count.
+
+``make test`` runs the runs not marked ``full`` (1, 2 and 3 ranks and emulated nodes at 5:
+what catches a wrong schedule, a wrong pairwise or hierarchical path, in a few minutes);
+``make test-all``, which CI runs, adds the rest.
 (CI's second matrix, under Open MPI, draws fewer examples: it checks another library under
 the same schedules, which the first matrix's examples check already.)"""
 
@@ -43,25 +47,31 @@ def describe(nprocs, ranks_per_node, shm_bytes, shard, cma=None) -> str:
     return ", ".join(words)
 
 
-def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None, cma=None):
+def case(nprocs, ranks_per_node=None, shm_bytes=None, shard=None, cma=None, full=False):
     """A run of the matrix, its id e.g. ``np5-rpn2`` or ``np3-shm0``; ``shard``: the part of
-    tests/mpi it runs (PYAR_TEST_SHARD), None for all; ``cma``: PYAR_CMA."""
+    tests/mpi it runs (PYAR_TEST_SHARD), None for all; ``cma``: PYAR_CMA; ``full``: marked
+    ``full``, run by ``make test-all`` only."""
     tail = (f"-rpn{ranks_per_node}" if ranks_per_node else "") + \
         ("" if shm_bytes is None else f"-shm{shm_bytes}") + (f"-cma{cma}" if cma else "")
-    return pytest.param(nprocs, ranks_per_node, shm_bytes, shard, cma, id=f"np{nprocs}{tail}")
+    return pytest.param(nprocs, ranks_per_node, shm_bytes, shard, cma, id=f"np{nprocs}{tail}",
+                        marks=[pytest.mark.full] if full else [])
 
 
 @pytest.mark.parametrize("nprocs,ranks_per_node,shm_bytes,shard,cma", [
-    case(1), case(2),
-    case(3, shard="0/2"), case(5, shard="0/2:all", cma="1"), case(8, shard="1/2:all"),
-    case(5, 2, shard="1/2:all"), case(8, 3, shard="0/2:all", cma="1"),  # emulated nodes of
-                                        # unequal size: 2+2+1 and 3+3+2; with PYAR_CMA=1 every
-                                        # large plan's messages are read from the senders'
-                                        # memory (by default only from 4 MiB buffers), so
-                                        # each test runs so once, at 5 or 8 ranks
-    case(3, shm_bytes="0", shard="1/2"),    # no shared-memory mailboxes: small plans on MPI
-    case(4, shm_bytes="20000")])    # mailboxes for the first plans only, then MPI (the run
-                                    # at 4 ranks: all mailboxes is 2, 3, 5 and 8's setting)
+    # make test's tier: one rank (the degenerate cases), two (every pairwise path), three
+    # (odd counts, non-powers of two: half the sweeps, every other test), and emulated nodes
+    # of unequal size (2+2+1: the hierarchical paths) with every large plan's messages read
+    # from the senders' memory (PYAR_CMA=1; by default only from 4 MiB buffers)
+    case(1), case(2), case(3, shard="0/2"), case(5, 2, shard="1/2:all", cma="1"),
+    # make test-all adds: the other halves at 3, 5 and 8 ranks, flat and on nodes of 3+3+2,
+    # so that each test runs at 5 and 8 ranks once flat and once on emulated nodes, and
+    # with PYAR_CMA=1 once
+    case(5, shard="0/2:all", cma="1", full=True), case(8, shard="1/2:all", full=True),
+    case(8, 3, shard="0/2:all", full=True),
+    case(3, shm_bytes="0", shard="1/2", full=True),  # no shared-memory mailboxes: small
+                                                     # plans on MPI
+    case(4, shm_bytes="20000", full=True)])  # mailboxes for the first plans only, then MPI
+                                    # (the run at 4 ranks: all mailboxes is the others' setting)
 def test_mpi_suite(nprocs, ranks_per_node, shm_bytes, shard, cma, capsys, request):
     env = {"PYAR_TEST_EXAMPLES": EXAMPLES, **FATAL_STACKS}
     if cma:

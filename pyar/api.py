@@ -33,10 +33,11 @@ from .collectives.barrier import BARRIER, NOTHING
 from .collectives.bcast import BCAST
 from .collectives.reduce import REDUCE
 from .collectives.reduce_scatter import REDUCE_SCATTER
-from .core import schedule as _schedule
-from .core.buffers import as_array, as_tensor, is_torch
+from .core import exact, ops, schedule as _schedule
+from .core.buffers import as_array, as_tensor, check_out, is_torch
+from .core.ops import Op
 from .model.sim import SimResult, simulate
-from .runtime import device, persistent, recorder
+from .runtime import device, persistent, recorder, settings
 from .runtime.comm import Comm
 from .runtime.persistent import Persistent, start_all
 from .runtime.progress import Request
@@ -52,7 +53,7 @@ recorder.on_call_path(__file__)     # a call record's caller is outside this mod
 
 
 def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=None,
-              reduce_dtype=None):
+              reduce_dtype=None, reproducible=None):
     """Reduce ``x`` over all ranks of ``comm``; every rank gets the result.
 
     Args:
@@ -71,10 +72,19 @@ def allreduce(x, out=None, *, op="sum", algorithm="auto", comm=None, timeout=Non
             dtype itself to fold a half type in the half type (half the bytes, a rounding
             per fold; partial sums may overflow where the result does not). The MPI
             library's collective (``algorithm="mpi"``) reduces half types in float32.
+        reproducible: True: a float ``sum`` or ``avg`` whose bits are the same whatever the
+            algorithm, the rank count and order, the segment size or the message split
+            (:mod:`pyar.core.exact`: two allreduces of ``algorithm`` on integers, 4.5x
+            float32's bytes; per element within ``n 2**-63`` of the largest input's
+            power of two of the exact sum, plus the result's rounding). None:
+            ``PYAR_REPRODUCIBLE``. Integer sums, max and min are reproducible as they
+            are; prod and ``reduce_dtype`` are refused with it.
 
     Returns:
         The reduced array, bitwise identical on every rank.
     """
+    if reproduces(reproducible, x, op, reduce_dtype):
+        return _exact(x, out, op, algorithm, comm, timeout)
     return _call(ALLREDUCE, x, out, op, algorithm, comm, 0, timeout, reduce_dtype)
 
 
@@ -272,6 +282,60 @@ def _on_device(record, x, out, op, algorithm, comm, root, timeout, nonblocking, 
                                  then, reduce_dtype)
     finally:
         c.leave()
+
+
+def reproduces(asked, x, op, reduce_dtype=None) -> bool:
+    """Whether ``allreduce(x, op=op, reproducible=asked)`` runs reproducibly
+    (:mod:`pyar.core.exact`): ``asked`` (None: ``PYAR_REPRODUCIBLE``) and a float sum or
+    avg; ValueError where it is asked for a float prod, or with ``reduce_dtype``."""
+    if asked is None:
+        asked, explicit = bool(settings.current().reproducible), False
+    else:
+        asked, explicit = bool(asked), True
+    if not asked:
+        return False
+    a = as_array(x) if is_torch(x) else x
+    if not hasattr(a, "dtype") or not ops.is_float(a.dtype):
+        return False            # (integers add exactly already; a bad x: the call's error)
+    op = ops.resolve(op)
+    if op is Op.MAX or op is Op.MIN:
+        return False
+    if op is Op.PROD:
+        if explicit:
+            raise ValueError("reproducible=True is for sum and avg (a float prod rounds in the "
+                             "algorithm's order); pass reproducible=False for prod")
+        return False
+    if reduce_dtype is not None:
+        raise ValueError(f"reproducible sums run in integers: reduce_dtype must be None, got "
+                         f"{reduce_dtype!r}")
+    return True
+
+
+def _exact(x, out, op, algorithm, comm, timeout):
+    """allreduce(reproducible=True): the phases of :func:`pyar.core.exact.reduction`, each
+    a blocking allreduce of ``algorithm`` in place, the result written as ``out`` says."""
+    if is_torch(x):
+        a, target, back = _arrays(x, out)
+        return back(_exact(a, target, op, algorithm, comm, timeout))
+    if out is not None and out is not x:
+        if isinstance(x, np.ndarray):
+            check_out(out, x.shape, x.dtype)
+        elif out.shape != x.shape or out.dtype != x.dtype:
+            raise ValueError(f"out must have x's shape {x.shape} and dtype {x.dtype}, got "
+                             f"{out.shape} and {out.dtype}")
+    c = Comm.of(comm)
+    phases = exact.reduction(x.reshape(-1), c.size if ops.resolve(op) is Op.AVG else 1)
+    contribution, reduction = next(phases)
+    try:
+        while True:
+            _call(ALLREDUCE, contribution, contribution, reduction, algorithm, c, 0, timeout)
+            contribution, reduction = phases.send(contribution)
+    except StopIteration as done:
+        result = done.value.reshape(x.shape)
+    if out is None:
+        return result
+    out[...] = result
+    return out
 
 
 def _arrays(x, out):

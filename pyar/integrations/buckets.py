@@ -25,7 +25,10 @@ the step's remaining buckets have run, so the other ranks do not hang.
 
 Cost per step: the allreduces of the buckets (float32: ``2(N-1)/N`` of the
 gradients' bytes with ring), one copy in and one out per gradient (none with
-``views=True``); the compressions cut the bytes as :mod:`pyar.compression` says.
+``views=True``); the compressions cut the bytes as :mod:`pyar.compression` says;
+``reproducible=True`` (or ``PYAR_REPRODUCIBLE=1``) averages each bucket in two phases of
+integers (:mod:`pyar.core.exact`: 4.5x float32's bytes), the same bits whatever the
+algorithm and the rank count.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ import zlib
 import numpy as np
 
 from .. import api
-from ..core import ops
+from ..core import exact, ops
 from ..core.buffers import as_array, as_tensor, is_torch
 from ..core.errors import MismatchError
+from ..runtime import settings
 from ..runtime.comm import Comm
 from . import compression as _compression
 
@@ -58,12 +62,17 @@ class GradientBuckets:
             :class:`pyar.compression.Transform` (host buckets only); its state is kept per bucket.
         views: the buckets own the memory and ``grads[i]`` become views into them.
         timeout: seconds any wait of a bucket's collectives may take (else ``PYAR_TIMEOUT``).
+        reproducible: average each bucket reproducibly (:mod:`pyar.core.exact`: the same
+            bits whatever the algorithm and rank count; two phases, 4.5x float32's bytes);
+            None: ``PYAR_REPRODUCIBLE``. Not with a compression.
     """
 
     def __init__(self, grads, bucket_cap_mb: float = 25, comm=None, compression=None,
-                 views: bool = False, timeout=None):
+                 views: bool = False, timeout=None, reproducible=None):
         self.comm = Comm.of(comm)
         self.timeout = timeout
+        self.reproducible = bool(settings.current().reproducible if reproducible is None
+                                 else reproducible)
         try:            # refused here: refused on every rank (the others would wait for it)
             grads = list(grads)
             arrays = self._checked(grads, bucket_cap_mb, compression)
@@ -120,6 +129,9 @@ class GradientBuckets:
                 or not bucket_cap_mb > 0:
             raise ValueError(f"bucket_cap_mb must be a number > 0, got {bucket_cap_mb!r}")
         self.transform = _compression.get(compression)
+        if self.transform is not None and self.reproducible:
+            raise ValueError(f"reproducible=True averages exactly; a compression changes the "
+                             f"values first: pass compression=None (got {self.transform})")
         xp = _module(arrays[0])
         for i, a in enumerate(arrays):
             if not ops.is_float(a.dtype):
@@ -139,7 +151,7 @@ class GradientBuckets:
     def __repr__(self):
         return (f"<pyar.GradientBuckets: {len(self.grads)} gradients in {len(self)} buckets "
                 f"({', '.join(f'{f.size} {f.dtype}' for f in self.flat)}), "
-                f"compression {self.transform}>")
+                f"compression {self.transform}{', reproducible' if self.reproducible else ''}>")
 
     @property
     def bytes_per_step(self) -> int:
@@ -200,7 +212,7 @@ class GradientBuckets:
             for i in self.members[b]:
                 self._views[i][...] = self._arrays[i]
         if self.transform is None:
-            flight = Flight(average(flat, self.comm, self.timeout))
+            flight = Flight(average(flat, self.comm, self.timeout, self.reproducible))
         else:
             flight = Flight(self.transform.reduce(flat, self.states[b], self.comm,
                                                    self.timeout))
@@ -208,6 +220,9 @@ class GradientBuckets:
         self.bytes_sent += self.wire_bytes[b]
 
     def _wire(self, count, dtype) -> int:
+        if self.reproducible:           # (pyar.core.exact's phases: exponents, limbs)
+            return _compression.sent_bytes("allreduce", count, np.int16, self.comm) + \
+                _compression.sent_bytes("allreduce", 2 * count, np.int64, self.comm)
         if self.transform is None:
             return _compression.sent_bytes("allreduce", count, dtype, self.comm)
         return self.transform.wire_bytes(count, self.comm)
@@ -216,7 +231,8 @@ class GradientBuckets:
         """Raise on every rank unless every rank's arguments passed their checks (``refused``:
         this rank's error) and every rank registered the same buckets (MismatchError)."""
         layout = "" if refused else repr(([(a.shape, a.dtype.str) for a in arrays],
-                                          float(cap), repr(self.transform)))
+                                          float(cap), repr(self.transform),
+                                          self.reproducible))
         mine = np.array([refused is None, 0 if refused else len(arrays),
                          zlib.crc32(layout.encode())], np.int64)
         every = api.allgather(mine, comm=self.comm, timeout=self.timeout)
@@ -229,14 +245,28 @@ class GradientBuckets:
         differ = [r for r in range(self.comm.size) if not np.array_equal(every[r], every[0])]
         if differ:
             raise MismatchError(
-                f"ranks registered different gradients, bucket caps or compressions: rank "
+                f"ranks registered different gradients, bucket caps, compressions or "
+                f"reproducible=: rank "
                 f"{differ[0]} differs from rank 0 ({every[differ[0]][1]} arrays against "
                 f"{every[0][1]}; here, rank {self.comm.rank}: {len(arrays)})")
 
 
-def average(flat, comm, timeout):
-    yield api.iallreduce(flat, flat, op="avg", comm=comm, timeout=timeout)
-    return None                           # in place: nothing to copy
+def average(flat, comm, timeout, reproducible=False):
+    """Generator: a bucket's average, in place: one nonblocking allreduce, or the phases of a
+    reproducible one (:func:`pyar.core.exact.reduction`), each a nonblocking allreduce."""
+    if not reproducible:
+        yield api.iallreduce(flat, flat, op="avg", comm=comm, timeout=timeout)
+        return None                       # in place: nothing to copy
+    phases = exact.reduction(flat, comm.size)
+    contribution, op = next(phases)
+    try:
+        while True:
+            total = yield api.iallreduce(contribution, contribution, op=op, comm=comm,
+                                         timeout=timeout)
+            contribution, op = phases.send(total)
+    except StopIteration as done:
+        flat[...] = done.value
+    return None
 
 
 class Flight:

@@ -34,6 +34,10 @@ that advances the requests in flight (``Request.test()``) every 50 us while any 
 pending, so DDP's bucket allreduces run while backward computes; it stops at the
 interpreter's exit, after its pass in progress (:class:`.poller.Poller`).
 ``async_op=False`` runs pyar's blocking call (its cached request: no thread involved).
+With ``PYAR_REPRODUCIBLE=1`` a float sum or average (``allreduce``,
+``allreduce_coalesced``) is reproducible (:mod:`pyar.core.exact`: the same bits whatever
+the algorithm and rank count) and blocking (its two phases one after the other): its work
+is complete when returned.
 The group's ``timeout`` (``init_process_group(timeout=...)``, torch's default 30 minutes)
 is pyar's ``timeout=`` on every call; a pyar failure (a timeout, a mismatch between the
 ranks' calls, a peer's failure) is raised as ``torch.distributed.DistBackendError`` with
@@ -307,10 +311,11 @@ class ProcessGroupPyar(dist.ProcessGroup):
 
     # -- running a call -------------------------------------------------------------------
 
-    def _run(self, opts, call, outputs, then=None) -> PyarWork:
+    def _run(self, opts, call, outputs, then=None, blocking=False) -> PyarWork:
         """``call(nonblocking)`` (pyar's call; a Request when nonblocking) as a work: blocking
-        unless ``opts.asyncOp`` (absent: nonblocking); pyar's failures as DistBackendError."""
-        nonblocking = getattr(opts, "asyncOp", True)
+        if ``blocking`` or not ``opts.asyncOp`` (absent: nonblocking); pyar's failures as
+        DistBackendError."""
+        nonblocking = getattr(opts, "asyncOp", True) and not blocking
         self.calls += 1
         try:
             if not nonblocking:
@@ -333,7 +338,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
 
         def call(nb):
             return (api.iallreduce if nb else api.allreduce)(a, a, op=op, **self._kw())
-        return self._run(opts, call, [t], target.back)
+        return self._run(opts, call, [t], target.back, blocking=api.reproduces(None, a, op))
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()
@@ -352,7 +357,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
 
         def call(nb):
             return (api.iallreduce if nb else api.allreduce)(a, a, op=op, **self._kw())
-        return self._run(opts, call, tensors, then)
+        return self._run(opts, call, tensors, then, blocking=api.reproduces(None, a, op))
 
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()

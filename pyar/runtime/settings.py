@@ -20,6 +20,8 @@ PYAR_TRACE_BUFFER     calls >= 0 the flight recorder keeps per       2000
                       communicator (pyar.runtime.recorder); 0: off
 PYAR_DEBUG            WARN, INFO or TRACE (pyar.observe.log)                 logging's own config
 PYAR_DEBUG_SUBSYS     subsystems, NCCL's syntax (pyar.observe.log)           all
+PYAR_REPRODUCIBLE     0 or 1: the default of ``reproducible=`` of        0
+                      allreduce and the buckets (pyar.core.exact)
 ===================== ============================================== =========================
 
 (``PYAR_DEBUG_FILE``, ``PYAR_DUMP_DIR`` are paths, read where used; ``PYAR_TRACE``,
@@ -33,8 +35,9 @@ first collective operation: every rank reads, then one MPI_Allgather of a few
 integers turns a bad value on some ranks, or values that differ where the
 ranks must agree, into a ValueError on every rank instead of a hang. They
 must agree on PYAR_RANKS_PER_NODE (the node layout), on whether
-PYAR_SHM_BYTES is 0 (making the mailboxes is collective) and on PYAR_ALGO
-(else they run different algorithms). What every rank agreed on last is
+PYAR_SHM_BYTES is 0 (making the mailboxes is collective), on PYAR_ALGO
+(else they run different algorithms) and on PYAR_REPRODUCIBLE (else they
+run different collectives). What every rank agreed on last is
 :func:`current`; the runtime takes its settings from there, so a later
 change of the environment on some rank cannot split the ranks.
 """
@@ -65,6 +68,7 @@ class Settings(NamedTuple):
     debug: int | None = None            # a logging level (pyar.observe.log)
     debug_subsys: frozenset | None = None
     cma: bool | None = None             # (pyar.runtime.shm)
+    reproducible: bool | None = None    # (pyar.core.exact)
 
 
 def _number(kind, least: float, strict: bool, what: str):
@@ -92,6 +96,14 @@ def _cma(name: str, text: str) -> bool:
         raise ValueError(f"{name} must be 0 (large messages through shared-memory mailboxes) or "
                          f"1 (read from the sender's memory where the kernel allows, at any "
                          f"size), got {text!r}")
+    return text == "1"
+
+
+def _reproducible(name: str, text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 (float sums in the algorithm's order) or 1 "
+                         f"(reproducible sums: the same bits whatever the algorithm and rank "
+                         f"count), got {text!r}")
     return text == "1"
 
 
@@ -130,6 +142,7 @@ _PARSERS = {
     "PYAR_DEBUG": lambda name, text: level(text),
     "PYAR_DEBUG_SUBSYS": lambda name, text: frozenset(subsystems(text)),
     "PYAR_CMA": _cma,
+    "PYAR_REPRODUCIBLE": _reproducible,
 }
 
 
@@ -144,7 +157,8 @@ def setting(name: str):
 _AGREED = {"PYAR_RANKS_PER_NODE": "the same on every rank",
            "PYAR_SHM_BYTES": "0 on every rank or on none",
            "PYAR_ALGO": "the same on every rank",
-           "PYAR_TRACE": "set on every rank or on none"}
+           "PYAR_TRACE": "set on every rank or on none",
+           "PYAR_REPRODUCIBLE": "the same on every rank"}
 _agreed: Settings | None = None
 
 
@@ -211,7 +225,8 @@ def agree(comm) -> Settings:
     bad = sum(1 << i for i, name in enumerate(_PARSERS) if name in errors)
     mine = np.array([bad, found.ranks_per_node or 0, found.shm_bytes == 0,
                      zlib.crc32(algo.encode()) + 1 if algo else 0,
-                     bool(os.environ.get("PYAR_TRACE", "").strip())], np.int64)
+                     bool(os.environ.get("PYAR_TRACE", "").strip()),
+                     bool(found.reproducible)], np.int64)
     table = np.empty((comm.Get_size(), len(mine)), np.int64)
     comm.Allgather(mine, table)
     if errors:

@@ -24,7 +24,8 @@ BAD = [("PYAR_RANKS_PER_NODE", "two", "an integer >= 1"),
        ("PYAR_SHM_BYTES", "-1", "an integer >= 0"),
        ("PYAR_TIMEOUT", "soon", "a number of seconds > 0"),
        ("PYAR_CUDA_AWARE", "yes", "0 .* or 1"),
-       ("PYAR_CMA", "2", "0 .* or 1")]
+       ("PYAR_CMA", "2", "0 .* or 1"),
+       ("PYAR_REPRODUCIBLE", "on", "0 .* or 1")]
 
 
 def outcome(make):
@@ -72,7 +73,8 @@ def test_a_bad_setting_on_one_rank_is_an_error_on_every_rank(comm, monkeypatch, 
                                          ("PYAR_SHM_BYTES", ("0", None)),
                                          ("PYAR_SHM_BYTES", ("0", "8192")),
                                          ("PYAR_ALGO", ("ring", None)),
-                                         ("PYAR_ALGO", ("allreduce:bogus", "ring"))])
+                                         ("PYAR_ALGO", ("allreduce:bogus", "ring")),
+                                         ("PYAR_REPRODUCIBLE", ("1", None))])
 def test_settings_that_must_agree_differing_are_an_error_on_every_rank(comm, monkeypatch, name,
                                                                        values):
     """Ranks disagreeing on the node layout or on whether there are mailboxes would wait in

@@ -534,3 +534,20 @@ def test_ddp_on_pyar_trains_what_ddp_on_gloo_does(comm, groups, compression):
     agree(comm, np.allclose(ours, theirs, rtol=1e-4, atol=1e-7), f"losses off by {off:.2e}")
     agree(comm, len(set(comm.allgather(params))) == 1, "parameters differ between ranks")
     agree(comm, (pg.calls - before > 50) != compression, f"{pg.calls - before} calls")
+
+
+def test_pyar_reproducible_makes_all_reduce_reproducible_and_complete(comm, groups, monkeypatch):
+    """PYAR_REPRODUCIBLE=1 (as every rank agreed it): a float all_reduce, async or not, has the
+    bits of pyar.allreduce(reproducible=True), and its work is complete when returned."""
+    from pyar.runtime import settings
+    _, pg = groups
+    monkeypatch.setattr(settings, "_agreed", settings.current()._replace(reproducible=True))
+    rng = np.random.default_rng(comm.rank)
+    x = (rng.standard_normal(1000) * 2.0 ** rng.integers(-20, 20, 1000)).astype(np.float32)
+    want = pyar.allreduce(x, reproducible=True)
+    for async_op in (False, True):
+        t = torch.from_numpy(x.copy())
+        work = dist.all_reduce(t, group=pg, async_op=async_op)
+        agree(comm, t.numpy().tobytes() == want.tobytes() and (work is None or
+                                                              work.is_completed()),
+              f"async_op={async_op}")

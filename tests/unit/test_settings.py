@@ -8,7 +8,7 @@ import pyar
 from pyar.runtime import settings
 
 NAMES = ["PYAR_RANKS_PER_NODE", "PYAR_SHM_BYTES", "PYAR_TIMEOUT", "PYAR_CUDA_AWARE",
-         "PYAR_CMA"]
+         "PYAR_CMA", "PYAR_REPRODUCIBLE"]
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +25,7 @@ BAD = [("PYAR_RANKS_PER_NODE", "0", "an integer >= 1"), ("PYAR_RANKS_PER_NODE", 
        ("PYAR_SHM_BYTES", "4M", "an integer >= 0"), ("PYAR_TIMEOUT", "0", POSITIVE),
        ("PYAR_TIMEOUT", "-3", POSITIVE), ("PYAR_TIMEOUT", "nan", POSITIVE),
        ("PYAR_TIMEOUT", "1 min", POSITIVE), ("PYAR_CUDA_AWARE", "yes", r"0 \(.*\) or 1"),
-       ("PYAR_CMA", "on", r"0 \(.*\) or 1")]
+       ("PYAR_CMA", "on", r"0 \(.*\) or 1"), ("PYAR_REPRODUCIBLE", "yes", r"0 \(.*\) or 1")]
 
 
 @pytest.mark.parametrize("name,value,expected", BAD)

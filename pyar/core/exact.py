@@ -26,94 +26,66 @@ where a NaN or both infinities meet, else the infinity.
 
 Cost: 2 + 16 bytes per element on the wire (int16 exponents, two int64 limbs) where the
 dtype takes 8, 4 or 2 (2.25x float64's bytes, 4.5x float32's, 9x a half type's), two
-collectives one after the other, and about ten vector passes to encode and decode.
-Exact as stated for fewer than ``2**22`` ranks (the decode's float64 conversion of the
-high limb); half types are widened to float32 first (exactly).
+collectives one after the other, and three passes over the data, one per phase (Numba
+kernels, :mod:`pyar.kernels.exact`). Exact as stated for fewer than ``2**22`` ranks (the
+decode's float64 conversion of the high limb); half types are widened to float32 first
+(exactly) and decoded through float64. Host (numpy) arrays only.
 """
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
+from .. import kernels
+from ..kernels.exact import SPECIAL, ZERO  # noqa: F401  (the exponents' codes, as documented)
 from . import ops
 
-ZERO = np.iinfo(np.int16).min       # the exponent of 0: below every finite one
-SPECIAL = np.iinfo(np.int16).max    # the exponent of inf and NaN: above every finite one
-FRACTION = 62                       # bits of the grid below the shared exponent
-LIMB = 31                           # bits of the low limb
-_LOW = (1 << LIMB) - 1
-_NAN = 1 << 32                      # a NaN's count in the low limb
 
-
-def _xp(x):
-    """The array module of ``x``: numpy, or cupy for a cupy array."""
-    return np if isinstance(x, np.ndarray) else sys.modules["cupy"]
-
-
-def _wide(x):
-    """x's values as a float64 array (exact for every float dtype)."""
-    return x.astype(np.float32 if x.dtype in ops.HALF else x.dtype).astype(np.float64)
-
-
-def reduction(x, divisor: int = 1):
-    """Generator: the phases of a reproducible sum of flat float array ``x`` (divided by
-    ``divisor`` for avg). Yields ``(contribution, op)`` for each allreduce, is sent its
+def reduction(x: np.ndarray, divisor: int = 1):
+    """Generator: the phases of a reproducible sum of flat float numpy array ``x`` (divided
+    by ``divisor`` for avg). Yields ``(contribution, op)`` for each allreduce, is sent its
     result (on every rank alike), returns the sum as an array of x's dtype."""
-    shared = yield exponents(x), "max"
-    total = yield limbs(x, shared), "sum"
+    if not isinstance(x, np.ndarray) or not ops.is_float(x.dtype):
+        raise TypeError(f"reproducible sums take float numpy arrays, got "
+                        f"{type(x).__name__} {getattr(x, 'dtype', '')}")
+    w = _wide(x)
+    shared = yield exponents(w), "max"
+    total = yield limbs(w, shared), "sum"
     return decode(total, shared, x.dtype, divisor)
 
 
-def exponents(x):
-    """Phase 1's contribution: per element of float array ``x`` (flat) the int16 ``e`` with
-    ``|x| < 2**e``; :data:`ZERO` for 0, :data:`SPECIAL` for inf and NaN."""
-    xp = _xp(x)
-    w = _wide(x)
-    finite = xp.isfinite(w)
-    _, e = xp.frexp(xp.where(finite, w, 0))
-    e = e.astype(np.int16)
-    e[w == 0] = ZERO
-    e[~finite] = SPECIAL
+def _wide(x: np.ndarray) -> np.ndarray:
+    """``x`` flat and contiguous in float32 or float64 (half types widened, exactly)."""
+    if x.dtype in ops.HALF:
+        w = np.empty(x.size, np.float32)
+        kernels.cast_into(w, np.ascontiguousarray(x.reshape(-1)))
+        return w
+    return np.ascontiguousarray(x.reshape(-1))
+
+
+def exponents(w: np.ndarray) -> np.ndarray:
+    """Phase 1's contribution: per element of ``w`` (float32/64, flat) the int16 ``e`` with
+    ``|w| < 2**e``; :data:`ZERO` for 0, :data:`SPECIAL` for inf and NaN."""
+    e = np.empty(w.size, np.int16)
+    kernels.exponents_into(e, w)
     return e
 
 
-def limbs(x, shared):
-    """Phase 2's contribution: the (2, x.size) int64 limbs of ``x`` (flat) against the
-    ``shared`` exponents (phase 1's max); counts where an element is :data:`SPECIAL`."""
-    xp = _xp(x)
-    w = _wide(x)
-    special = shared == SPECIAL
-    scale = FRACTION - shared.astype(np.int32)
-    scale[special | (shared == ZERO)] = 0
-    v = xp.rint(xp.ldexp(xp.where(special, 0, w), scale)).astype(np.int64)
-    out = xp.empty((2, x.size), np.int64)
-    xp.right_shift(v, LIMB, out=out[0])
-    xp.bitwise_and(v, _LOW, out=out[1])
-    if special.any():
-        out[0][special] = w[special] == np.inf
-        out[1][special] = (w[special] == -np.inf) + xp.isnan(w[special]) * _NAN
+def limbs(w: np.ndarray, shared: np.ndarray) -> np.ndarray:
+    """Phase 2's contribution: the (2, w.size) int64 limbs of ``w`` against the ``shared``
+    exponents (phase 1's max); counts where an element is :data:`SPECIAL`."""
+    out = np.empty((2, w.size), np.int64)
+    kernels.limbs_into(out[0], out[1], w, shared)
     return out
 
 
-def decode(total, shared, dtype, divisor: int = 1):
+def decode(total: np.ndarray, shared: np.ndarray, dtype, divisor: int = 1) -> np.ndarray:
     """The sum (divided by ``divisor`` for avg) of the contributions whose limbs summed to
     ``total`` against ``shared``, as a flat array of ``dtype``."""
-    xp = _xp(total)
-    hi = total[0] + (total[1] >> LIMB)
-    lo = total[1] & _LOW
-    e = shared.astype(np.int32)
-    e[shared == ZERO] = 0
-    with np.errstate(over="ignore", invalid="ignore"):
-        value = xp.ldexp(hi.astype(np.float64), e - (FRACTION - LIMB)) + \
-            xp.ldexp(lo.astype(np.float64), e - FRACTION)
-        if divisor != 1:
-            value /= divisor
-        special = shared == SPECIAL
-        if special.any():
-            pos, neg, nan = total[0][special], total[1][special] & (_NAN - 1), \
-                total[1][special] >> 32
-            value[special] = xp.where((nan > 0) | ((pos > 0) & (neg > 0)), np.nan,
-                                      xp.where(pos > 0, np.inf, -np.inf))
-        return value.astype(dtype)
+    dtype = np.dtype(dtype)
+    out = np.empty(shared.size, dtype if dtype in (np.float32, np.float64) else np.float64)
+    kernels.decode_into(out, total[0], total[1], shared, divisor)
+    if out.dtype != dtype:                  # a half type: rounded from float64 once
+        with np.errstate(over="ignore"):
+            return out.astype(dtype)
+    return out

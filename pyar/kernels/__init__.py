@@ -40,7 +40,8 @@ import numba
 import numpy as np
 
 __all__ = ["OPS", "DTYPES", "HALF", "BFLOAT16", "reduce_into", "folder", "bound_fold",
-           "divide_into", "cast_into", "warm_up"]
+           "divide_into", "cast_into", "exponents_into", "limbs_into", "decode_into",
+           "warm_up"]
 
 OPS = ("sum", "prod", "max", "min")
 _CODES = {op: code for code, op in enumerate(OPS)}
@@ -51,7 +52,7 @@ DTYPES = tuple(np.dtype(t) for t in (
 HALF = (np.dtype(np.float16), BFLOAT16)
 _NAMES = ", ".join(str(d) for d in DTYPES)
 
-from . import _cache, device, host, mailbox  # noqa: E402  (they take the names above)
+from . import _cache, device, exact, host, mailbox  # noqa: E402  (they take the names above)
 
 
 def reduce_into(dst, src, op, *, dtype=None):
@@ -192,7 +193,44 @@ def cast_into(dst, src):
            src.view(np.uint16) if src.dtype in HALF else src)
 
 
-_F32 = np.dtype(np.float32)
+def _exact_arrays(x, *others):
+    """``x`` and ``others`` checked for :mod:`.exact`'s kernels: 1-D contiguous numpy arrays
+    of one length, ``x`` float32 or float64."""
+    if not isinstance(x, np.ndarray) or x.dtype not in (_F32, _F64):
+        raise TypeError(f"reproducible sums' kernels take float32 or float64 numpy arrays, "
+                        f"got {type(x).__name__} {getattr(x, 'dtype', '')}")
+    for a in (x, *others):
+        if not isinstance(a, np.ndarray) or a.ndim != 1 or a.size != x.size or \
+                not a.flags.c_contiguous:
+            raise ValueError(f"expected 1-D contiguous numpy arrays of {x.size} elements, got "
+                             f"{type(a).__name__} {getattr(a, 'shape', '')}")
+
+
+def exponents_into(e, x):
+    """``e[i]`` (int16): the binary exponent of ``x[i]`` (float32/64), ``|x| < 2**e``;
+    ``exact.ZERO`` for 0, ``exact.SPECIAL`` for inf and NaN (:mod:`pyar.core.exact`)."""
+    _exact_arrays(x, e)
+    if x.dtype == _F32:
+        exact.exponents(e, x, x.view(np.int32), 23, 0xFF)
+    else:
+        exact.exponents(e, x, x.view(np.int64), 52, 0x7FF)
+
+
+def limbs_into(hi, lo, x, shared):
+    """The int64 limbs of ``x`` (float32/64) on the grid ``2**(shared - 62)``, ``shared``
+    every rank's largest exponent (:func:`exponents_into`, reduced with max)."""
+    _exact_arrays(x, hi, lo, shared)
+    exact.limbs(hi, lo, x, shared)
+
+
+def decode_into(out, hi, lo, shared, divisor=1):
+    """``out`` (float32/64): the value of the limbs ``hi``, ``lo`` summed over the ranks,
+    divided by ``divisor``: float64, then rounded to out's dtype."""
+    _exact_arrays(out, hi, lo, shared)
+    exact.decode(out, hi, lo, shared, divisor)
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _CASTS = {(_F32, HALF[0]): host.widen_f16, (HALF[0], _F32): host.narrow_f16,
           (_F32, BFLOAT16): host.widen_bf16, (BFLOAT16, _F32): host.narrow_bf16}
 
@@ -250,7 +288,7 @@ def warm_up(dtypes=DTYPES, *, fresh=False, file=None):
     """Compile (or load from the cache) the host kernels for ``dtypes`` on contiguous arrays;
     ``fresh``: empty their cache first."""
     if fresh:
-        for kernel in (*host.KERNELS, mailbox.run):
+        for kernel in (*host.KERNELS, *exact.KERNELS, mailbox.run):
             with _cache.lock(kernel):
                 kernel._cache.flush()
     mailbox.runner()
@@ -262,5 +300,10 @@ def warm_up(dtypes=DTYPES, *, fresh=False, file=None):
         if dtype in HALF:
             cast_into(np.ones(4, np.float32), src)
             cast_into(dst, np.ones(4, np.float32))
+        if dtype in (_F32, _F64):
+            e, hi, lo = np.empty(4, np.int16), np.empty(4, np.int64), np.empty(4, np.int64)
+            exponents_into(e, src)
+            limbs_into(hi, lo, src, e)
+            decode_into(dst, hi, lo, e, 2)
         if file is not None:
             print(f"pyar.kernels: {dtype} ready", file=file, flush=True)

@@ -35,6 +35,7 @@ from .collectives.reduce import REDUCE
 from .collectives.reduce_scatter import REDUCE_SCATTER
 from .core import schedule as _schedule
 from .core.buffers import as_array, as_tensor, is_torch
+from .model.contributions import simulate_contributions
 from .model.sim import SimResult, simulate
 from .runtime import device, persistent, recorder
 from .runtime.comm import Comm
@@ -45,8 +46,8 @@ __all__ = ["allgather", "allgather_init", "allreduce", "allreduce_init", "alltoa
            "alltoall_init", "barrier", "barrier_init", "bcast", "bcast_init", "collective",
            "iallgather", "iallreduce", "ialltoall", "ibarrier", "ibcast", "ireduce",
            "ireduce_scatter", "reduce", "reduce_init", "reduce_scatter",
-           "reduce_scatter_init", "schedule", "simulate", "start_all", "Persistent",
-           "SimResult"]
+           "reduce_scatter_init", "schedule", "simulate", "simulate_contributions", "start_all",
+           "Persistent", "SimResult"]
 
 recorder.on_call_path(__file__)     # a call record's caller is outside this module
 

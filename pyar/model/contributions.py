@@ -1,0 +1,241 @@
+"""The contribution mode: a schedule simulated for which ranks' contributions each chunk holds.
+
+No element moves. Every rank's buffers are cut into *atoms*: the ranges between
+consecutive chunk edges of the whole schedule (over all ranks; ``data`` and ``scratch``
+apart), refined until every message carries whole atoms onto whole atoms, so that every
+element of an atom has the same history. Each (rank, atom) holds one 64-bit word, a
+sketch of the multiset of the (rank, atom) origins folded into it: the high 32 bits
+count the contributions, the low 31 bits are ``sum(u[r] * v[a]) mod p`` over them, for
+``p = 2**31 - 1`` and fixed random weights ``u`` (per rank) and ``v`` (per atom of
+origin). A copy moves words; a fold adds them (mod p in the low half), in any order:
+the sketch is what MSCCL's checker tracks as sets of ranks, in 8 bytes instead of N
+bits. The run itself is the simulator's (:mod:`pyar.model.sim`): the same matching,
+waves, deadlock, size and undefined-scratch checks, and the same traffic.
+
+The postcondition is then checked atom by atom (:func:`check`): for allreduce every
+rank's every atom must hold every rank's contribution from the same atom exactly once
+(count N, sketch ``(sum u) * v[a]``); for reduce_scatter the rank's block, for reduce
+the root, for bcast the root's atom once, for allgather block j rank j's own, for
+alltoall block j rank j's block ``rank`` at the same offset. A contribution dropped or
+doubled changes the count; a wrong set of the right size (one doubled, another
+missing; data from other elements, or from a rank other than the one expected) passes
+for at most ``2 / p`` (about 1e-9) of the choices of weights (Schwartz-Zippel: the
+sketch is a bilinear form in ``u`` and ``v``). Idempotent ops (max, min) are held to
+"exactly once" too, which their data may not show.
+
+Cost: 8 bytes per (rank, atom) of data and scratch, and the simulator's per-message
+work on the schedule's table; independent of the element count beyond the atoms it
+makes (at most ``count`` per rank). Limits: the table of every transfer is in memory
+(about 50 bytes a transfer); a schedule whose chunk edges never settle into whole
+atoms (one that shifts data by ever new offsets) ends with atoms of one element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import collectives
+from ..core import ops
+from ..core.schedule import Schedule, bounds
+from .sim import SimResult, _collector_paused, _ranges, _Run, _stats, partners
+
+P = (1 << 31) - 1               # the sketch's prime (a Mersenne prime: a cheap mod)
+ONE = np.uint64(1 << 32)        # one contribution, in the count half
+LOW = np.uint64((1 << 32) - 1)
+SEED = 0x5EED                   # the weights' seed: the same verdicts on every run
+CHECKED = ("allreduce", "reduce_scatter", "allgather", "reduce", "bcast", "alltoall",
+           "barrier")
+
+
+@dataclass
+class Verdict:
+    """The postcondition's check: ``ok`` if it holds; ``wrong`` counts the elements (over
+    all ranks) that break it, ``first`` names the first (rank, elements, what they hold)."""
+
+    ok: bool
+    wrong: int = 0
+    first: str = ""
+
+    def __str__(self):
+        return "yes" if self.ok else f"NO ({self.wrong} wrong: {self.first})"
+
+
+def simulate_contributions(schedule: Schedule, dtype="float32", *, op="sum",
+                           reduce_dtype=None, progress=None, network=None) -> SimResult:
+    """Simulate ``schedule`` in the contribution mode (see the module docstring).
+
+    Returns a :class:`pyar.model.sim.SimResult` whose ``outputs`` are None, whose ``stats``
+    and ``traffic`` are those :func:`pyar.simulate` gives for elements of ``dtype`` (run
+    in ``reduce_dtype`` as the runtime does), and whose ``verdict`` is a :class:`Verdict`.
+    Raises :class:`pyar.ScheduleError` as the simulator does (deadlock, unmatched or
+    mis-sized message, scratch read before it is received into), and ValueError for a
+    collective whose postcondition this mode does not know (those of :data:`CHECKED`).
+    ``op`` and ``dtype`` set only the bytes counted: contributions do not depend on them.
+    """
+    record = collectives.collective(schedule.collective)
+    if record.name not in CHECKED:
+        raise ValueError(f"the contribution mode checks the postconditions of "
+                         f"{', '.join(CHECKED)}, not {record.name!r}: simulate it with data")
+    op = ops.resolve(op)
+    dtype = ops.check_dtype(np.dtype(dtype))
+    wire = ops.accumulator(dtype, op if record.reduces else None, reduce_dtype)
+    size, count = schedule.size, schedule.count
+    with _collector_paused():
+        table = schedule.table()
+        stats = _stats(table, wire.itemsize, schedule.topology)
+        partner = partners(table)
+        edges, scratch_edges = atoms(table, partner, count, record.name, size)
+        state = _State(table, edges, scratch_edges, size)
+        state.memory[:state.data_end] = initial(record.name, size, edges,
+                                                schedule.root).reshape(-1)
+        _Run(table, state.atoms, state.memory, state.written, state.offset, fold,
+             state.length, partner).run(progress)
+        verdict = check(record.name, state.memory[:state.data_end].reshape(size, -1),
+                        edges, schedule.root)
+        traffic = None if network is None else network.table_traffic(table, wire.itemsize)
+    return SimResult([None] * size, stats, traffic, verdict)
+
+
+class _State:
+    """Every rank's atoms in one array of words (all ranks' data, then all scratch), with
+    each row's offset and length in atoms and the scratch atoms received into."""
+
+    def __init__(self, table, edges, scratch_edges, size):
+        self.atoms = len(edges) - 1
+        self.data_end = size * self.atoms
+        lo = np.where(table.scratch, np.searchsorted(scratch_edges, table.lo),
+                      np.searchsorted(edges, table.lo))
+        hi = np.where(table.scratch, np.searchsorted(scratch_edges, table.hi),
+                      np.searchsorted(edges, table.hi))
+        mine = np.zeros(size, np.int64)                 # scratch atoms per rank
+        np.maximum.at(mine, table.rank[table.scratch], hi[table.scratch])
+        base = np.concatenate(([0], np.cumsum(mine)))
+        self.offset = np.where(table.scratch, self.data_end + base[table.rank],
+                               table.rank * self.atoms) + lo
+        self.length = hi - lo
+        self.memory = np.zeros(self.data_end + int(base[-1]), np.uint64)
+        self.written = np.zeros(int(base[-1]), bool)
+
+
+def fold(mine: np.ndarray, theirs: np.ndarray) -> None:
+    """``mine = mine + theirs`` as sketches, in place: counts add, the low halves mod p."""
+    np.add(mine, theirs, out=mine)                  # low halves < 2p < 2**32: no carry
+    np.subtract(mine, np.uint64(P), out=mine, where=(mine & LOW) >= P)
+
+
+def _mod(x: np.ndarray) -> np.ndarray:
+    """``x mod p`` for uint64 ``x < 2**62``."""
+    x = (x & np.uint64(P)) + (x >> np.uint64(31))
+    x = (x & np.uint64(P)) + (x >> np.uint64(31))
+    x[x >= P] -= np.uint64(P)
+    return x
+
+
+def weights(size: int, atoms: int):
+    """The fixed random weights ``u`` (one per rank) and ``v`` (one per atom), in [1, p)."""
+    rng = np.random.default_rng(SEED)
+    return (rng.integers(1, P, size, dtype=np.uint64, endpoint=False),
+            rng.integers(1, P, atoms, dtype=np.uint64, endpoint=False))
+
+
+def atoms(table, partner, count: int, collective: str, size: int):
+    """The atom edges of ``data`` and of ``scratch`` (sorted element offsets, data's from 0
+    to ``count``): every chunk edge of the table, the blocks' edges of a blocked collective
+    (alltoall's repeated in every block, so that a block's atoms match every other's), and
+    what every message carries across from the other end, until nothing changes."""
+    found = [np.concatenate(([0, count], table.lo[~table.scratch], table.hi[~table.scratch])),
+             np.concatenate(([0], table.lo[table.scratch], table.hi[table.scratch]))]
+    if collectives.collective(collective).blocked and count:
+        found[0] = np.concatenate((found[0], bounds(count, size)))
+    edges = [np.unique(e) for e in found]
+    sends = np.flatnonzero(table.send & (partner >= 0))
+    recvs = partner[sends]
+    even = (table.hi[sends] - table.lo[sends]) == (table.hi[recvs] - table.lo[recvs])
+    pairs = [(sends[even], recvs[even]), (recvs[even], sends[even])]
+    while True:
+        if collective == "alltoall" and count:
+            block = count // size
+            edges[0] = np.union1d(((edges[0] % block)[None, :] + np.arange(size)[:, None]
+                                   * block).reshape(-1), [count])
+        more = [[], []]
+        for fro, to in pairs:                       # one end's inner edges onto the other
+            for buffer in (0, 1):
+                pick = table.scratch[fro] == bool(buffer)
+                a, b = fro[pick], to[pick]
+                cut = edges[buffer]
+                lo, hi = table.lo[a], table.hi[a]
+                inner = np.searchsorted(cut, lo, "right")
+                at, k = _ranges(inner, np.maximum(np.searchsorted(cut, hi, "left"), inner))
+                moved = table.lo[b][k] + cut[at] - lo[k]
+                into = table.scratch[b][k]
+                more[0].append(moved[~into])
+                more[1].append(moved[into])
+        grown = [np.union1d(e, np.concatenate(m)) if m else e for e, m in zip(edges, more)]
+        if all(g.size == e.size for g, e in zip(grown, edges)):
+            return edges
+        edges = grown
+
+
+def _words(counts, u, v) -> np.ndarray:
+    """The sketch of ``counts`` contributions weighing ``u * v`` (broadcast)."""
+    return np.asarray(counts, np.uint64) * ONE | _mod(np.asarray(u, np.uint64) * v)
+
+
+def _owner(edges, size, count):
+    """The block (of ``size``) each atom of ``edges`` lies in."""
+    return np.searchsorted(np.asarray(bounds(count, size)), edges[:-1], "right") - 1
+
+
+def initial(collective: str, size: int, edges, root: int) -> np.ndarray:
+    """Every rank's data atoms before the schedule: its own contribution where x lies
+    (allgather: block ``rank`` only; the other blocks a word no contribution has)."""
+    u, v = weights(size, len(edges) - 1)
+    words = _words(1, u[:, None], v[None, :])
+    if collective == "allgather" and len(edges) > 1:
+        owner = _owner(edges, size, edges[-1])
+        elsewhere = owner[None, :] != np.arange(size)[:, None]
+        nothing = np.broadcast_to(_words(0, np.uint64(P - 1), v), words.shape)
+        words[elsewhere] = nothing[elsewhere]
+    return words
+
+
+def check(collective: str, data: np.ndarray, edges, root: int) -> Verdict:
+    """The postcondition on ``data`` (every rank's data atoms after the schedule)."""
+    size, n = data.shape
+    if collective == "barrier" or n == 0:
+        return Verdict(True)
+    count = int(edges[-1])
+    u, v = weights(size, n)
+    everything = _words(size, int(u.sum()) % P, v)[None, :]
+    ranks = slice(None)                     # the ranks whose result there is
+    care = np.True_
+    if collective in ("allreduce", "reduce"):
+        want = everything
+        ranks = slice(root, root + 1) if collective == "reduce" else ranks
+    elif collective == "bcast":
+        want = _words(1, u[root], v)[None, :]
+    elif collective == "reduce_scatter":
+        want = everything
+        care = _owner(edges, size, count)[None, :] == np.arange(size)[:, None]
+    elif collective == "allgather":
+        want = _words(1, u[_owner(edges, size, count)], v)[None, :]
+    else:                                   # alltoall: block j holds rank j's block r
+        block, owner = count // size, _owner(edges, size, count)
+        want = np.empty_like(data)
+        for r in range(size):
+            origin = np.searchsorted(edges, r * block + edges[:-1] - owner * block)
+            want[r] = _words(1, u[owner], v[np.minimum(origin, n - 1)])
+    bad = (data[ranks] != want[ranks] if want.shape[0] > 1 else data[ranks] != want) & care
+    if not bad.any():
+        return Verdict(True)
+    first = ranks.start or 0
+    r, a = (int(i[0]) for i in np.nonzero(bad))
+    held = int(data[first + r, a] >> np.uint64(32))
+    due = int(np.broadcast_to(want, data.shape)[first + r, a] >> np.uint64(32))
+    what = (f"{held} contributions where {due} belong" if held != due else
+            f"{held} contributions, but not the ones that belong (one doubled and another "
+            f"missing, or from other elements)")
+    return Verdict(False, int(bad.sum(axis=0) @ np.diff(edges)),
+                   f"rank {first + r} elements [{edges[a]}, {edges[a + 1]}) hold {what}")

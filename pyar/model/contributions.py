@@ -4,24 +4,24 @@ No element moves. Every rank's buffers are cut into *atoms*: the ranges between
 consecutive chunk edges of the whole schedule (over all ranks; ``data`` and ``scratch``
 apart), refined until every message carries whole atoms onto whole atoms, so that every
 element of an atom has the same history. Each (rank, atom) holds one 64-bit word, a
-sketch of the multiset of the (rank, atom) origins folded into it: the high 32 bits
-count the contributions, the low 31 bits are ``sum(u[r] * v[a]) mod p`` over them, for
-``p = 2**31 - 1`` and fixed random weights ``u`` (per rank) and ``v`` (per atom of
-origin). A copy moves words; a fold adds them (mod p in the low half), in any order:
-the sketch is what MSCCL's checker tracks as sets of ranks, in 8 bytes instead of N
-bits. The run itself is the simulator's (:mod:`pyar.model.sim`): the same matching,
-waves, deadlock, size and undefined-scratch checks, and the same traffic.
+sketch of the multiset of (rank, atom) origins folded into it: ``sum(u[r] * v[a])``
+modulo 2**64 over them, for fixed random odd weights ``u`` (one per rank) and ``v``
+(one per atom of origin). A copy moves words, a fold adds them (numpy's wrapping
+uint64 add), in any order: what MSCCL's checker tracks as sets of ranks, in 8 bytes
+instead of N bits. The run itself is the simulator's (:mod:`pyar.model.sim`): the same
+matching, waves, deadlock, size and undefined-scratch checks, and the same traffic.
 
 The postcondition is then checked atom by atom (:func:`check`): for allreduce every
 rank's every atom must hold every rank's contribution from the same atom exactly once
-(count N, sketch ``(sum u) * v[a]``); for reduce_scatter the rank's block, for reduce
-the root, for bcast the root's atom once, for allgather block j rank j's own, for
-alltoall block j rank j's block ``rank`` at the same offset. A contribution dropped or
-doubled changes the count; a wrong set of the right size (one doubled, another
-missing; data from other elements, or from a rank other than the one expected) passes
-for at most ``2 / p`` (about 1e-9) of the choices of weights (Schwartz-Zippel: the
-sketch is a bilinear form in ``u`` and ``v``). Idempotent ops (max, min) are held to
-"exactly once" too, which their data may not show.
+(the word ``sum(u) * v[a]``); for reduce_scatter the rank's block, for reduce the
+root, for bcast the root's atom once, for allgather block j rank j's own, for alltoall
+block j rank j's block ``rank`` at the same offset. A wrong multiset of origins passes
+only if its words sum to the right one. An odd number of contributions too many or too
+few never does (the word then differs by an odd amount); other wrong sets (one doubled
+and another missing, data from other elements or from another rank) for a fraction of
+the choices of weights of the order of 2**-60. Where the check fails, a second run
+counts each atom's contributions, to say how many it holds. Idempotent ops (max, min)
+are held to "exactly once" too, which their data may not show.
 
 Cost: 8 bytes per (rank, atom) of data and scratch, and the simulator's per-message
 work on the schedule's table; independent of the element count beyond the atoms it
@@ -41,9 +41,6 @@ from ..core import ops
 from ..core.schedule import Schedule, bounds
 from .sim import SimResult, _collector_paused, _ranges, _Run, _stats, partners
 
-P = (1 << 31) - 1               # the sketch's prime (a Mersenne prime: a cheap mod)
-ONE = np.uint64(1 << 32)        # one contribution, in the count half
-LOW = np.uint64((1 << 32) - 1)
 SEED = 0x5EED                   # the weights' seed: the same verdicts on every run
 CHECKED = ("allreduce", "reduce_scatter", "allgather", "reduce", "bcast", "alltoall",
            "barrier")
@@ -52,11 +49,12 @@ CHECKED = ("allreduce", "reduce_scatter", "allgather", "reduce", "bcast", "allto
 @dataclass
 class Verdict:
     """The postcondition's check: ``ok`` if it holds; ``wrong`` counts the elements (over
-    all ranks) that break it, ``first`` names the first (rank, elements, what they hold)."""
+    all ranks) that break it, ``first`` says where the first of them is and what it holds."""
 
     ok: bool
     wrong: int = 0
     first: str = ""
+    where: tuple | None = None      # the first wrong (rank, atom)
 
     def __str__(self):
         return "yes" if self.ok else f"NO ({self.wrong} wrong: {self.first})"
@@ -87,13 +85,23 @@ def simulate_contributions(schedule: Schedule, dtype="float32", *, op="sum",
         stats = _stats(table, wire.itemsize, schedule.topology)
         partner = partners(table)
         edges, scratch_edges = atoms(table, partner, count, record.name, size)
-        state = _State(table, edges, scratch_edges, size)
-        state.memory[:state.data_end] = initial(record.name, size, edges,
-                                                schedule.root).reshape(-1)
-        _Run(table, state.atoms, state.memory, state.written, state.offset, fold,
-             state.length, partner).run(progress)
-        verdict = check(record.name, state.memory[:state.data_end].reshape(size, -1),
-                        edges, schedule.root)
+
+        def run(counting):
+            state = _State(table, edges, scratch_edges, size)
+            data = state.memory[:state.data_end].reshape(size, -1)
+            initial(record.name, size, edges, data, counting)
+            _Run(table, state.atoms, state.memory, state.written, state.offset, fold,
+                 state.length, partner).run(progress)
+            return data
+
+        verdict = check(record.name, run(False), edges, schedule.root)
+        if not verdict.ok:
+            rank, atom = verdict.where
+            held, due = int(run(True)[rank, atom]), size if record.reduces else 1
+            verdict = Verdict(False, verdict.wrong, verdict.first + (
+                f" hold {held} contributions where {due} belong" if held != due else
+                f" hold {held} contributions, but not the ones that belong (one doubled and "
+                f"another missing, or from other elements or ranks)"), verdict.where)
         traffic = None if network is None else network.table_traffic(table, wire.itemsize)
     return SimResult([None] * size, stats, traffic, verdict)
 
@@ -120,24 +128,15 @@ class _State:
 
 
 def fold(mine: np.ndarray, theirs: np.ndarray) -> None:
-    """``mine = mine + theirs`` as sketches, in place: counts add, the low halves mod p."""
-    np.add(mine, theirs, out=mine)                  # low halves < 2p < 2**32: no carry
-    np.subtract(mine, np.uint64(P), out=mine, where=(mine & LOW) >= P)
-
-
-def _mod(x: np.ndarray) -> np.ndarray:
-    """``x mod p`` for uint64 ``x < 2**62``."""
-    x = (x & np.uint64(P)) + (x >> np.uint64(31))
-    x = (x & np.uint64(P)) + (x >> np.uint64(31))
-    x[x >= P] -= np.uint64(P)
-    return x
+    """``mine = mine + theirs`` as sketches (or counts), in place, modulo 2**64."""
+    np.add(mine, theirs, out=mine)
 
 
 def weights(size: int, atoms: int):
-    """The fixed random weights ``u`` (one per rank) and ``v`` (one per atom), in [1, p)."""
+    """The fixed random odd weights ``u`` (one per rank) and ``v`` (one per atom)."""
     rng = np.random.default_rng(SEED)
-    return (rng.integers(1, P, size, dtype=np.uint64, endpoint=False),
-            rng.integers(1, P, atoms, dtype=np.uint64, endpoint=False))
+    u = rng.integers(0, 1 << 63, size, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    return u, rng.integers(0, 1 << 63, atoms, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
 
 def atoms(table, partner, count: int, collective: str, size: int):
@@ -152,8 +151,12 @@ def atoms(table, partner, count: int, collective: str, size: int):
     edges = [np.unique(e) for e in found]
     sends = np.flatnonzero(table.send & (partner >= 0))
     recvs = partner[sends]
-    even = (table.hi[sends] - table.lo[sends]) == (table.hi[recvs] - table.lo[recvs])
-    pairs = [(sends[even], recvs[even]), (recvs[even], sends[even])]
+    # the messages whose two ends differ in place (the others carry atoms onto themselves)
+    moved = (((table.hi[sends] - table.lo[sends]) == (table.hi[recvs] - table.lo[recvs]))
+             & ((table.lo[sends] != table.lo[recvs])
+                | (table.scratch[sends] != table.scratch[recvs])))
+    sends, recvs = sends[moved], recvs[moved]
+    pairs = [(sends, recvs), (recvs, sends)]
     while True:
         if collective == "alltoall" and count:
             block = count // size
@@ -178,64 +181,61 @@ def atoms(table, partner, count: int, collective: str, size: int):
         edges = grown
 
 
-def _words(counts, u, v) -> np.ndarray:
-    """The sketch of ``counts`` contributions weighing ``u * v`` (broadcast)."""
-    return np.asarray(counts, np.uint64) * ONE | _mod(np.asarray(u, np.uint64) * v)
-
-
 def _owner(edges, size, count):
     """The block (of ``size``) each atom of ``edges`` lies in."""
     return np.searchsorted(np.asarray(bounds(count, size)), edges[:-1], "right") - 1
 
 
-def initial(collective: str, size: int, edges, root: int) -> np.ndarray:
-    """Every rank's data atoms before the schedule: its own contribution where x lies
-    (allgather: block ``rank`` only; the other blocks a word no contribution has)."""
+def initial(collective: str, size: int, edges, out=None, counting: bool = False) -> np.ndarray:
+    """Every rank's data atoms before the schedule, into ``out`` (size x atoms words) if
+    given: its own contribution where x lies (allgather: block ``rank`` only; the other
+    blocks a word no contribution has); with ``counting``, the count of them (1, or 0)."""
     u, v = weights(size, len(edges) - 1)
-    words = _words(1, u[:, None], v[None, :])
+    words = np.empty((size, len(edges) - 1), np.uint64) if out is None else out
+    if counting:
+        words[:] = 1
+    else:
+        np.multiply(u[:, None], v[None, :], out=words)
     if collective == "allgather" and len(edges) > 1:
-        owner = _owner(edges, size, edges[-1])
-        elsewhere = owner[None, :] != np.arange(size)[:, None]
-        nothing = np.broadcast_to(_words(0, np.uint64(P - 1), v), words.shape)
+        elsewhere = _owner(edges, size, edges[-1])[None, :] != np.arange(size)[:, None]
+        nothing = np.broadcast_to(np.uint64(0) if counting else v * np.uint64(SEED | 1),
+                                  words.shape)
         words[elsewhere] = nothing[elsewhere]
     return words
 
 
 def check(collective: str, data: np.ndarray, edges, root: int) -> Verdict:
-    """The postcondition on ``data`` (every rank's data atoms after the schedule)."""
+    """The postcondition on ``data`` (every rank's data atoms after the schedule, as
+    :func:`initial` made them); a failed Verdict's ``where`` is the first wrong
+    (rank, atom), its ``first`` names the rank and elements."""
     size, n = data.shape
     if collective == "barrier" or n == 0:
         return Verdict(True)
     count = int(edges[-1])
     u, v = weights(size, n)
-    everything = _words(size, int(u.sum()) % P, v)[None, :]
+    everything = (u.sum() * v)[None, :]
     ranks = slice(None)                     # the ranks whose result there is
     care = np.True_
     if collective in ("allreduce", "reduce"):
         want = everything
         ranks = slice(root, root + 1) if collective == "reduce" else ranks
     elif collective == "bcast":
-        want = _words(1, u[root], v)[None, :]
+        want = (u[root] * v)[None, :]
     elif collective == "reduce_scatter":
         want = everything
         care = _owner(edges, size, count)[None, :] == np.arange(size)[:, None]
     elif collective == "allgather":
-        want = _words(1, u[_owner(edges, size, count)], v)[None, :]
+        want = (u[_owner(edges, size, count)] * v)[None, :]
     else:                                   # alltoall: block j holds rank j's block r
         block, owner = count // size, _owner(edges, size, count)
         want = np.empty_like(data)
         for r in range(size):
             origin = np.searchsorted(edges, r * block + edges[:-1] - owner * block)
-            want[r] = _words(1, u[owner], v[np.minimum(origin, n - 1)])
-    bad = (data[ranks] != want[ranks] if want.shape[0] > 1 else data[ranks] != want) & care
+            want[r] = u[owner] * v[np.minimum(origin, n - 1)]
+    bad = (data[ranks] != (want[ranks] if want.shape[0] > 1 else want)) & care
     if not bad.any():
         return Verdict(True)
-    first = ranks.start or 0
     r, a = (int(i[0]) for i in np.nonzero(bad))
-    held = int(data[first + r, a] >> np.uint64(32))
-    due = int(np.broadcast_to(want, data.shape)[first + r, a] >> np.uint64(32))
-    what = (f"{held} contributions where {due} belong" if held != due else
-            f"{held} contributions, but not the ones that belong (one doubled and another "
-            f"missing, or from other elements)")
+    r += ranks.start or 0
     return Verdict(False, int(bad.sum(axis=0) @ np.diff(edges)),
-                   f"rank {first + r} elements [{edges[a]}, {edges[a + 1]}) hold {what}")
+                   f"rank {r} elements [{edges[a]}, {edges[a + 1]})", (r, a))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import time
 from dataclasses import dataclass
 
@@ -82,6 +83,8 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
     schedule, rank r on its endpoint r), every message is routed and the result's
     ``traffic`` says the bytes on each link, per step (the sender's step) and in all, and
     each message's hops (:class:`pyar.model.network.Traffic`).
+    Data mode raises MemoryError, naming the bytes and the modes that fit, where its
+    buffers (:func:`data_bytes`) exceed the memory free (:func:`available_memory`).
     """
     op = ops.resolve(op)
     record = collectives.collective(schedule.collective)
@@ -113,6 +116,13 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
     wire = ops.accumulator(dtype, op if record.reduces else None, reduce_dtype)
     with _collector_paused():
         table = schedule.table()
+        need, free = data_bytes(schedule, wire.itemsize), available_memory()
+        if need > free:
+            raise MemoryError(
+                f"data mode needs {_size(need)} for {schedule!r} ({size} ranks' data and "
+                f"scratch in {wire}), and {_size(free)} of memory is free: simulate it in "
+                f"the contribution mode (pyar.simulate_contributions; pyar sim --mode "
+                f"contributions), or data=False for traffic only")
         scratch = np.zeros(size, np.int64)
         np.maximum.at(scratch, table.rank[table.scratch], table.hi[table.scratch])
         base = np.concatenate(([0], np.cumsum(scratch)))        # each rank's scratch offset
@@ -144,6 +154,36 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
                     out = out.astype(dtype)
         outputs.append(out)
     return SimResult(outputs, stats, traffic)
+
+
+def data_bytes(schedule: Schedule, itemsize: int) -> int:
+    """Bytes of the buffers data mode allocates for ``schedule`` with elements of
+    ``itemsize`` bytes (every rank's data and scratch), besides the inputs and one wave's
+    messages."""
+    table = schedule.table()
+    scratch = np.zeros(schedule.size, np.int64)
+    np.maximum.at(scratch, table.rank[table.scratch], table.hi[table.scratch])
+    return (schedule.size * schedule.count + int(scratch.sum())) * itemsize
+
+
+def available_memory() -> int:
+    """Bytes of memory this process may still take (Linux's MemAvailable, else free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 @contextlib.contextmanager

@@ -212,7 +212,8 @@ class Schedule:
     Built lazily, one rank at a time, and memoised: the runtime asks for
     one rank only, the simulator for all of them (as a :class:`Table`, which a
     builder with a ``table(size, count, topology) -> Table`` attribute makes for
-    all ranks at once, vectorized; it must equal the per-rank lists). Builders of rooted
+    all ranks at once, vectorized; it must equal the per-rank lists, or be None where
+    it has no such form for those arguments). Builders of rooted
     collectives (reduce, bcast) write the schedule for root 0; for another
     root every rank is renumbered relative to it (``(rank - root) % size``),
     as MPI libraries do.
@@ -255,13 +256,12 @@ class Schedule:
         """Every rank's transfers as one :class:`Table` (memoised)."""
         if self._table is None:
             bulk = getattr(self._builder, "table", None)
-            if bulk is None:
+            table = None if bulk is None else bulk(self.size, self.count, self.topology)
+            if table is None:
                 table = Table.of([self.steps(r) for r in range(self.size)])
                 self._steps.clear()      # the table holds them, in a tenth of the memory
-            else:
-                table = bulk(self.size, self.count, self.topology)
-                if self.root:
-                    table = table.renumbered(self.root)
+            elif self.root:
+                table = table.renumbered(self.root)
             self._table = table
         return self._table
 

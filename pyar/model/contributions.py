@@ -38,8 +38,8 @@ import numpy as np
 
 from .. import collectives
 from ..core import ops
-from ..core.schedule import Schedule, bounds
-from .sim import SimResult, _collector_paused, _ranges, _Run, _stats, partners
+from ..core.schedule import Schedule, bounds, collector_paused
+from .sim import SimResult, _ranges, _Run, _stats, partners
 
 SEED = 0x5EED                   # the weights' seed: the same verdicts on every run
 CHECKED = ("allreduce", "reduce_scatter", "allgather", "reduce", "bcast", "alltoall",
@@ -80,7 +80,7 @@ def simulate_contributions(schedule: Schedule, dtype="float32", *, op="sum",
     dtype = ops.check_dtype(np.dtype(dtype))
     wire = ops.accumulator(dtype, op if record.reduces else None, reduce_dtype)
     size, count = schedule.size, schedule.count
-    with _collector_paused():
+    with collector_paused():
         table = schedule.table()
         stats = _stats(table, wire.itemsize, schedule.topology)
         partner = partners(table)

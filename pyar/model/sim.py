@@ -16,8 +16,6 @@ its cost grows with messages, not with Python work per element or message;
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import time
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ import numpy as np
 from .. import collectives
 from ..core import ops
 from ..core.errors import ScheduleError
-from ..core.schedule import Schedule
+from ..core.schedule import Schedule, collector_paused
 from ..kernels import reduce_into
 
 
@@ -92,7 +90,7 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
     if not data:
         dtype = ops.check_dtype(np.dtype("float32" if inputs is None else inputs))
         wire = ops.accumulator(dtype, op if record.reduces else None, reduce_dtype)
-        with _collector_paused():
+        with collector_paused():
             table = schedule.table()
             stats = _stats(table, wire.itemsize, schedule.topology)
             _Run(table, count, None, None, None).run(progress)
@@ -114,7 +112,7 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
                              f"(a {record.name} of count {count}), got {a.size} of {a.dtype}")
         record.check(a.shape, size)
     wire = ops.accumulator(dtype, op if record.reduces else None, reduce_dtype)
-    with _collector_paused():
+    with collector_paused():
         table = schedule.table()
         need, free = data_bytes(schedule, wire.itemsize), available_memory()
         if need > free:
@@ -184,19 +182,6 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """Pause Python's cyclic GC: its full passes over millions of fresh step tuples
-    (none of them cyclic) would otherwise double the time of a large simulation."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _stats(table, itemsize, topology) -> list:

@@ -5,12 +5,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import pyar
-from pyar import collectives
+from pyar import cli, collectives
 from pyar.algorithms import algorithms, builder as algorithms_builder
 from pyar.cli import sim as workbench
 from pyar.core.schedule import Chunk, Recv, Send, Step
 from pyar.core.topology import Topology
-from pyar.model import contributions
+from pyar.model import contributions, sim
 
 CASES = [(c, a) for c in collectives.names() for a in algorithms(c) if a != "mpi"]
 
@@ -139,3 +139,25 @@ def test_it_raises_the_simulators_errors(scratch_registry):
         pyar.register_algorithm(f"t_raises{k}")(build)
         with pytest.raises(pyar.ScheduleError, match=message):
             pyar.simulate_contributions(pyar.schedule(f"t_raises{k}", 2, 4))
+
+
+def _rows(out):
+    return {line.split()[0]: line for line in out.splitlines() if not line.startswith("#")}
+
+
+def test_sim_chooses_the_contribution_mode_where_data_does_not_fit(monkeypatch, capsys):
+    """auto runs data where it fits and contributions where not, naming the mode in the row;
+    --mode data where it does not fit is a row naming the bytes and the mode to use."""
+    argv = ["sim", "-N", "8", "--count", "4096", "-a", "ring,one_shot"]
+    assert cli.main(argv) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert all(r.split()[-2:] == ["data", "yes"] for r in rows.values()), rows
+    monkeypatch.setattr(sim, "available_memory", lambda: 600_000)   # ring: 2 x (data + x) fit
+    assert cli.main(argv) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert rows["ring"].split()[-2:] == ["data", "yes"]
+    assert rows["one_shot"].split()[-2:] == ["contributions", "yes"], rows
+    assert cli.main(argv + ["--mode", "data"]) == 1
+    rows = _rows(capsys.readouterr().out)
+    assert "NO: data mode needs 1.0 MiB" in rows["one_shot"], rows
+    assert "pyar sim --mode contributions" in rows["one_shot"]

@@ -22,6 +22,8 @@ the mean and largest hops per message, and the bytes over global links
 from __future__ import annotations
 
 import contextlib
+import os
+import resource
 import sys
 import time
 
@@ -176,7 +178,31 @@ def _inputs(record, size, shape, dtype, op):
     return inputs, expected
 
 
+@contextlib.contextmanager
+def bounded_memory():
+    """Have this process's address space end at what it maps now plus the memory free
+    (:func:`pyar.model.sim.available_memory`) while it lasts, so that a schedule too large
+    for the machine is a MemoryError here, not the kernel's OOM killer (which may pick
+    another process). A no-op where the limit cannot be read or set."""
+    try:
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        was = resource.getrlimit(resource.RLIMIT_AS)
+        limit = mapped + sim.available_memory()
+        if was[0] != resource.RLIM_INFINITY and was[0] < limit:
+            limit = was[0]
+        resource.setrlimit(resource.RLIMIT_AS, (limit, was[1]))
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, was)
+
+
 @small_pages()
+@bounded_memory()
 def main(args) -> int:
     """``pyar sim``: see the module docstring."""
     msccl.load_all(args.load)
@@ -215,7 +241,11 @@ def main(args) -> int:
         start = time.process_time()
         schedule = pyar.schedule(name, size, record.count(int(np.prod(shape)), size),
                                  collective=record.name, topology=topology)
+        rows, free = sim.table_rows(schedule), sim.available_memory()
         try:
+            if rows * sim.ROW_BYTES > free:
+                raise MemoryError(f"about {rows:.3g} transfers, {sim.ROW_BYTES} bytes each, "
+                                  f"and {free >> 20} MiB free")
             schedule.table()
         except MemoryError as e:        # every mode reads the table of every transfer
             print(f"  {name:<20}not run: its table of every transfer does not fit in memory "

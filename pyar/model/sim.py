@@ -164,6 +164,20 @@ def data_bytes(schedule: Schedule, itemsize: int) -> int:
     return (schedule.size * schedule.count + int(scratch.sum())) * itemsize
 
 
+ROW_BYTES = 150     # a transfer's share of a simulation: its table row and the run's columns
+
+
+def table_rows(schedule: Schedule, samples: int = 4) -> int:
+    """An estimate of the rows of ``schedule``'s table without making it: the median of
+    the transfers of ``samples`` ranks spread over the communicator, times its size (the
+    median, so that a root's fan-in does not count for every rank). Cost: those ranks'
+    steps."""
+    size = schedule.size
+    ranks = sorted({size * k // samples for k in range(samples)} | {size - 1})
+    counts = [sum(len(step.ops) for step in schedule.steps(r)) for r in ranks]
+    return int(np.median(counts) * size)
+
+
 def available_memory() -> int:
     """Bytes of memory this process may still take (Linux's MemAvailable, else free pages)."""
     try:

@@ -161,3 +161,14 @@ def test_sim_chooses_the_contribution_mode_where_data_does_not_fit(monkeypatch, 
     rows = _rows(capsys.readouterr().out)
     assert "NO: data mode needs 1.0 MiB" in rows["one_shot"], rows
     assert "pyar sim --mode contributions" in rows["one_shot"]
+
+
+@pytest.mark.parametrize("name,n", [("ring", 37), ("recursive_doubling", 32), ("rabenseifner", 64),
+                                    ("naive", 50)])
+def test_the_table_estimate_is_the_table_where_ranks_are_alike(name, n):
+    """Ranks alike: the estimate is the table's rows; a root's fan-in is not counted for
+    every rank (naive: the median rank's two transfers)."""
+    schedule = pyar.schedule(name, n, 1000)
+    rows = schedule.table().rank.size
+    estimate = sim.table_rows(pyar.schedule(name, n, 1001))
+    assert estimate == (2 * n if name == "naive" else rows), (estimate, rows)

@@ -26,8 +26,11 @@ are held to "exactly once" too, which their data may not show.
 Cost: 8 bytes per (rank, atom) of data and scratch, and the simulator's per-message
 work on the schedule's table; independent of the element count beyond the atoms it
 makes (at most ``count`` per rank). Limits: the table of every transfer is in memory
-(about 50 bytes a transfer); a schedule whose chunk edges never settle into whole
-atoms (one that shifts data by ever new offsets) ends with atoms of one element.
+(with the run's columns, about :data:`pyar.model.sim.ROW_BYTES` a transfer), and the run
+takes a wave per step: a schedule of ``N^2`` transfers in ``2N`` steps (ring, one-shot)
+stops being quick past a few thousand ranks. A schedule whose chunk edges never settle
+into whole atoms (one that shifts data by ever new offsets) ends with atoms of one
+element.
 """
 
 from __future__ import annotations
@@ -113,10 +116,10 @@ class _State:
     def __init__(self, table, edges, scratch_edges, size):
         self.atoms = len(edges) - 1
         self.data_end = size * self.atoms
-        lo = np.where(table.scratch, np.searchsorted(scratch_edges, table.lo),
-                      np.searchsorted(edges, table.lo))
-        hi = np.where(table.scratch, np.searchsorted(scratch_edges, table.hi),
-                      np.searchsorted(edges, table.hi))
+        lo, hi = np.empty_like(table.lo), np.empty_like(table.hi)
+        for pick, cut in ((~table.scratch, edges), (table.scratch, scratch_edges)):
+            lo[pick] = np.searchsorted(cut, table.lo[pick])
+            hi[pick] = np.searchsorted(cut, table.hi[pick])
         mine = np.zeros(size, np.int64)                 # scratch atoms per rank
         np.maximum.at(mine, table.rank[table.scratch], hi[table.scratch])
         base = np.concatenate(([0], np.cumsum(mine)))

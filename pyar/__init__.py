@@ -15,7 +15,7 @@ from .api import (Persistent, allgather, allgather_init, allreduce, allreduce_in
                   alltoall_init, barrier, barrier_init, bcast, bcast_init, collective,
                   iallgather, iallreduce, ialltoall, ibarrier, ibcast, ireduce,
                   ireduce_scatter, reduce, reduce_init, reduce_scatter, reduce_scatter_init,
-                  schedule, simulate, start_all)
+                  schedule, simulate, simulate_contributions, start_all)
 from .collectives import Collective, register_collective
 from .core.errors import MismatchError, PyarError, ScheduleError, TimeoutError
 from .core.ops import Op
@@ -47,5 +47,6 @@ __all__ = [
     "iallgather", "iallreduce", "ialltoall", "ibarrier", "ibcast", "ireduce", "ireduce_scatter",
     "load_algorithm",
     "reduce", "reduce_init", "reduce_scatter", "reduce_scatter_init", "register_algorithm",
-    "register_collective", "schedule", "simulate", "start_all", "test_any", "wait_all",
+    "register_collective", "schedule", "simulate", "simulate_contributions", "start_all",
+    "test_any", "wait_all",
 ]

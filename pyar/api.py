@@ -36,6 +36,7 @@ from .collectives.reduce_scatter import REDUCE_SCATTER
 from .core import exact, ops, schedule as _schedule
 from .core.buffers import as_array, as_tensor, check_out, is_torch
 from .core.ops import Op
+from .model.contributions import simulate_contributions
 from .model.sim import SimResult, simulate
 from .runtime import device, persistent, recorder, settings
 from .runtime.comm import Comm
@@ -46,8 +47,8 @@ __all__ = ["allgather", "allgather_init", "allreduce", "allreduce_init", "alltoa
            "alltoall_init", "barrier", "barrier_init", "bcast", "bcast_init", "collective",
            "iallgather", "iallreduce", "ialltoall", "ibarrier", "ibcast", "ireduce",
            "ireduce_scatter", "reduce", "reduce_init", "reduce_scatter",
-           "reduce_scatter_init", "schedule", "simulate", "start_all", "Persistent",
-           "SimResult"]
+           "reduce_scatter_init", "schedule", "simulate", "simulate_contributions", "start_all",
+           "Persistent", "SimResult"]
 
 recorder.on_call_path(__file__)     # a call record's caller is outside this module
 

@@ -64,3 +64,14 @@ def hierarchical(rank, size, count, topology=None):
                     *ring.allreduce(topology.node_of[rank], across, lo, hi),
                     *ring.allgather(local, node[:leaders], 0, count),
                     [Send(extra, everything) for extra in extras]])
+
+
+def _table(size, count, topology=None):
+    """Every rank's steps at once where all ranks share one node in rank order (then the
+    schedule is ring's); None on several nodes (the per-rank builder makes those)."""
+    if topology is None or topology.nodes == (tuple(range(size)),):
+        return ring.table_of(size, count, ((1, True), (0, False)))
+    return None
+
+
+hierarchical.table = _table

@@ -66,24 +66,39 @@ def allreduce(i, group, lo, hi, segment=None):
     yield from allgather(i, group, lo, hi, segment)
 
 
-def _table(size, count, topology=None, *, phases):
+def table_of(size, count, phases, segment=None):
     """The steps of every rank at once (what :func:`allreduce` and its halves yield, compacted):
-    ``phases`` of ``(shift, fold)``, in step s of which rank i sends block ``i-s-shift``."""
+    ``phases`` of ``(shift, fold)``, in step s of which rank i sends block ``i-s-shift``, each
+    block as its segments (of at most ``segment`` elements) one per step, as
+    :func:`reduce_scatter` cuts them."""
     edges = np.asarray(bounds(count, size), np.int64)
+    parts = 1 if segment is None else pieces(-(-count // size), segment)
+    length = np.diff(edges)                     # block b's segment g, as split() cuts it
+    q, r = (length // parts)[:, None], (length % parts)[:, None]
+    g = np.arange(parts)[None, :]
+    seg_lo = edges[:-1, None] + g * q + np.minimum(g, r)
+    seg_hi = seg_lo + q + (g < r)
     i = np.arange(size)[:, None]
     s = np.arange(size - 1)[None, :]
     out = np.concatenate([(i - s - shift) % size for shift, _ in phases], axis=1)
-    n, steps = out.shape
-    shape = (n, steps, 2)                       # [Send(right, out), Recv(left, out - 1)]
-    block = np.stack([out, (out - 1) % size], axis=2)
+    n, blocks = out.shape
+    steps = blocks * parts
+    shape = (n, blocks, parts, 2)               # [Send(right, out), Recv(left, out - 1)]
+    block = np.broadcast_to(np.stack([out, (out - 1) % size], axis=2)[:, :, None, :], shape)
+    segment_of = np.broadcast_to(np.arange(parts)[None, None, :, None], shape)
     peer = np.empty(shape, np.int64)
-    peer[..., 0], peer[..., 1] = (i + 1) % size, (i - 1) % size
+    peer[..., 0], peer[..., 1] = (i[:, :, None] + 1) % size, (i[:, :, None] - 1) % size
     reduce = np.zeros(shape, bool)
-    reduce[..., 1] = np.repeat([fold for _, fold in phases], size - 1)[None, :]
-    columns = (np.broadcast_to(i[:, :, None], shape), np.broadcast_to(
-        np.arange(steps)[None, :, None], shape), np.broadcast_to([True, False], shape), peer,
-        np.zeros(shape, bool), edges[block], edges[block + 1], reduce)
+    reduce[..., 1] = np.repeat([fold for _, fold in phases], size - 1)[None, :, None]
+    columns = (np.broadcast_to(i[:, :, None, None], shape),
+               np.broadcast_to(np.arange(steps).reshape(1, blocks, parts, 1), shape),
+               np.broadcast_to([True, False], shape), peer, np.zeros(shape, bool),
+               seg_lo[block, segment_of], seg_hi[block, segment_of], reduce)
     return Table.compact(size, *(c.reshape(-1) for c in columns))
+
+
+def _table(size, count, topology=None, *, phases):
+    return table_of(size, count, phases)
 
 
 @register_algorithm("ring", auto=True,

@@ -29,3 +29,12 @@ def segmented_ring(rank, size, count, topology=None, *, segment=SEGMENT):
     if size == 1 or count == 0:
         return []
     return compact(ring.allreduce(rank, range(size), 0, count, segment))
+
+
+def _table(size, count, topology=None, *, segment=SEGMENT):
+    """Every rank's steps at once (what :func:`segmented_ring` returns, as one Table)."""
+    pieces(1, segment)
+    return ring.table_of(size, count, ((1, True), (0, False)), segment)
+
+
+segmented_ring.table = _table

@@ -134,9 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="emulate nodes of this many ranks (inter-node bytes: total over ranks)")
     p.add_argument("--collective", default="allreduce",
                    help="default allreduce; for allgather and alltoall --count counts one block")
-    p.add_argument("--no-data", action="store_true",
-                   help="traffic only: match, count and check every message, and cost the "
-                        "schedule (model), without moving elements; scales further")
+    p.add_argument("--mode", choices=("auto", "data", "contributions", "traffic"),
+                   default="auto",
+                   help="data: every element moved and checked; contributions: which ranks' "
+                        "contributions each chunk holds, checked (scales to 16K ranks); "
+                        "traffic: messages matched and counted, and the model's time; auto "
+                        "(default): data where it fits in memory, else contributions")
+    p.add_argument("--no-data", action="store_true", help="the same as --mode traffic")
     p.add_argument("--machine", metavar="FILE.json",
                    help="a machine description or tuning file for the model's time; with a "
                         "network entry (e.g. machines/torus-8x8.json) every message is routed "

@@ -1,10 +1,15 @@
 """``pyar sim``: simulate algorithms for many ranks in this process, no MPI.
 
 ``pyar sim`` builds each algorithm's schedule and simulates it for all ranks
-at once (:func:`pyar.simulate`), checking every element of every rank's
-result against the collective's postcondition; ``--no-data`` moves no
-elements (counts, bytes, steps, size and deadlock checks, and the cost
-model's time). ``--machine FILE.json`` costs them on that machine; if it
+at once in one of three modes, printed in each row: ``data`` (:func:`pyar.simulate`)
+moves every element and checks every element of every rank's result against the
+collective's postcondition; ``contributions`` (:func:`pyar.simulate_contributions`)
+moves no element and checks which ranks' contributions each chunk holds, for rank
+counts data does not fit; ``traffic`` (``--no-data``) counts, matches and checks the
+messages only (bytes, steps, size and deadlock checks) and prints the cost model's
+time. ``--mode auto`` (the default) runs data where its buffers fit in the memory free,
+else contributions; ``--mode data`` where they do not is a row saying how much it needs.
+``--machine FILE.json`` costs them on that machine; if it
 describes a network (:mod:`pyar.model.network`), every message is routed and
 each algorithm's row gains the link columns: the bytes of the most loaded
 link over the whole collective and which link it is, the sum over steps of
@@ -17,6 +22,8 @@ the mean and largest hops per message, and the bytes over global links
 from __future__ import annotations
 
 import contextlib
+import os
+import resource
 import sys
 import time
 
@@ -25,9 +32,9 @@ import numpy as np
 import pyar
 from .. import collectives, verify
 from ..algorithms import msccl
-from ..core.ops import Op, resolve
+from ..core.ops import Op, accumulator, resolve
 from ..kernels import reduce_into
-from ..model import cost, tuner
+from ..model import contributions, cost, sim, tuner
 from .bench import parse_algorithms
 
 
@@ -136,7 +143,66 @@ def _progress(name):
     return show
 
 
+MODES = {"data": "data checked element by element",
+         "contributions": "contributions checked chunk by chunk (no data)",
+         "traffic": "traffic only (no data)",
+         "auto": "data where it fits in memory, else contributions"}
+
+
+def choose(mode: str, record, schedule, dtype, op, inputs_bytes: int) -> str:
+    """The mode an algorithm runs in: ``mode``, or for ``auto`` data where its buffers, a
+    copy of the inputs and as much again for one wave's messages fit in the memory free
+    (:func:`pyar.model.sim.available_memory`), else contributions (traffic for a collective
+    the contribution mode does not check)."""
+    if mode != "auto":
+        return mode
+    wire = accumulator(dtype, resolve(op) if record.reduces else None, None)
+    need = 2 * (sim.data_bytes(schedule, wire.itemsize) + inputs_bytes)
+    if need <= sim.available_memory():
+        return "data"
+    return "contributions" if record.name in contributions.CHECKED else "traffic"
+
+
+def _inputs(record, size, shape, dtype, op):
+    """Every rank's inputs and what they must give; MemoryError naming the bytes where
+    they and their reference do not fit in the memory free."""
+    need, free = 2 * size * int(np.prod(shape)) * dtype.itemsize, sim.available_memory()
+    if need > free:
+        raise MemoryError(f"data mode's inputs and reference need {need >> 20} MiB and "
+                          f"{free >> 20} MiB is free: use --mode contributions")
+    made = time.process_time()
+    inputs = samples(size, int(np.prod(shape)), dtype, op).reshape(size, *shape)
+    expected = reference(record, inputs, op)
+    print(f"# inputs: {inputs.nbytes} bytes, made and reduced by numpy in "
+          f"{time.process_time() - made:.1f} s of CPU", flush=True)
+    return inputs, expected
+
+
+@contextlib.contextmanager
+def bounded_memory():
+    """Have this process's address space end at what it maps now plus the memory free
+    (:func:`pyar.model.sim.available_memory`) while it lasts, so that a schedule too large
+    for the machine is a MemoryError here, not the kernel's OOM killer (which may pick
+    another process). A no-op where the limit cannot be read or set."""
+    try:
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        was = resource.getrlimit(resource.RLIMIT_AS)
+        limit = mapped + sim.available_memory()
+        if was[0] != resource.RLIM_INFINITY and was[0] < limit:
+            limit = was[0]
+        resource.setrlimit(resource.RLIMIT_AS, (limit, was[1]))
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, was)
+
+
 @small_pages()
+@bounded_memory()
 def main(args) -> int:
     """``pyar sim``: see the module docstring."""
     msccl.load_all(args.load)
@@ -147,21 +213,16 @@ def main(args) -> int:
     size = args.nranks
     shape = record.shapes(size, args.count)[0] if record.count(1, size) else (0,)
     dtype = np.dtype(args.dtype)
+    mode = "traffic" if args.no_data else args.mode
     nodes = f", {len(topology.nodes)} nodes" if topology else ""
-    mode = "traffic only (no data)" if args.no_data else "data checked element by element"
     what = f"{args.count} {dtype} per {'block' if record.blocked else 'rank'}, {args.op}" \
         if record.count(1, size) else "no data"
-    print(f"# pyar sim: {record.name} of {what}, {size} ranks{nodes}, in one process; {mode}")
-    inputs = None
+    print(f"# pyar sim: {record.name} of {what}, {size} ranks{nodes}, in one process; "
+          f"{MODES[mode]}")
+    inputs = expected = None
+    inputs_bytes = size * int(np.prod(shape)) * dtype.itemsize
     if record.reduces:                  # load the compiled kernel before anything is timed
         reduce_into(np.zeros(1, dtype), np.zeros(1, dtype), resolve(args.op).reduction)
-    if not args.no_data:
-        made = time.process_time()
-        flat = samples(size, int(np.prod(shape)), dtype, args.op)
-        inputs = flat.reshape(size, *shape)
-        expected = reference(record, inputs, args.op)
-        print(f"# inputs: {inputs.nbytes} bytes, made and reduced by numpy in "
-              f"{time.process_time() - made:.1f} s of CPU", flush=True)
     params = tuner.machine(args.machine)[0] if args.machine else tuner.parameters()
     network = params.network
     if network is not None:
@@ -169,36 +230,64 @@ def main(args) -> int:
             raise ValueError(f"-N {size} ranks do not fit the network of {args.machine} "
                              f"({network.describe()}: {network.size} ranks)")
         print(f"# network: {network.describe()}; rank r on its endpoint r, {network.size} in all")
-    model = "  model(us)" if args.no_data else ""
+    model = "  model(us)" if mode == "traffic" else ""
     links = "" if network is None else (f"{'link max B':>12}  {'busiest link':<26}"
                                         f"{'step-max B':>12}{'hops':>6}{'max':>4}{'global B':>11}")
     print(f"# {'algorithm':<20}{'steps':>7}{'max sent':>12}{'mean sent':>12}{'messages':>10}"
-          f"{'inter-node':>12}{'build s':>9}{'sim s':>8}{'(wall)':>8}{model}{links}  correct  "
-          f"(s: CPU seconds of this process)", flush=True)
-    failed, checking = 0, 0.0
+          f"{'inter-node':>12}{'build s':>9}{'sim s':>8}{'(wall)':>8}{model}{links}  "
+          f"{'mode':<14}correct  (s: CPU seconds of this process)", flush=True)
+    failed, checking, checked = 0, 0.0, False
     for k, name in enumerate(names):
         start = time.process_time()
         schedule = pyar.schedule(name, size, record.count(int(np.prod(shape)), size),
                                  collective=record.name, topology=topology)
-        schedule.table()
+        rows, free = sim.table_rows(schedule), sim.available_memory()
+        try:
+            if rows * sim.ROW_BYTES > free:
+                raise MemoryError(f"about {rows:.3g} transfers, {sim.ROW_BYTES} bytes each, "
+                                  f"and {free >> 20} MiB free")
+            schedule.table()
+        except MemoryError as e:        # every mode reads the table of every transfer
+            print(f"  {name:<20}not run: its table of every transfer does not fit in memory "
+                  f"({e})", flush=True)
+            failed += 1
+            continue
         built = time.process_time() - start
+        ran = choose(mode, record, schedule, dtype, args.op,
+                     0 if inputs is not None else inputs_bytes)
         start, wall = time.process_time(), time.perf_counter()
-        if args.no_data:
-            result = pyar.simulate(schedule, dtype, op=args.op, data=False,
-                                   progress=_progress(name), network=network)
-            predicted = f"{cost.predict(schedule, params, dtype).time * 1e6:>11.1f}"
-            verdict = "(not checked)"
-        else:
-            # the last algorithm works in the inputs themselves (a GiB is not copied)
-            last = k == len(names) - 1
-            result = pyar.simulate(schedule, inputs if last else inputs.copy(), op=args.op,
-                                   overwrite=True, progress=_progress(name), network=network)
-            predicted = ""
+        predicted = ""
+        try:
+            if ran == "data" and inputs is None:
+                inputs, expected = _inputs(record, size, shape, dtype, args.op)
+                start, wall = time.process_time(), time.perf_counter()
+            if ran == "traffic":
+                result = pyar.simulate(schedule, dtype, op=args.op, data=False,
+                                       progress=_progress(name), network=network)
+                predicted = f"{cost.predict(schedule, params, dtype).time * 1e6:>11.1f}"
+                verdict = "(not checked)"
+            elif ran == "contributions":
+                result = pyar.simulate_contributions(schedule, dtype, op=args.op,
+                                                     progress=_progress(name), network=network)
+                verdict = str(result.verdict)
+                failed += not result.verdict.ok
+            else:
+                # the last algorithm works in the inputs themselves (a GiB is not copied)
+                last = k == len(names) - 1
+                result = pyar.simulate(schedule, inputs if last else inputs.copy(),
+                                       op=args.op, overwrite=True, progress=_progress(name),
+                                       network=network)
+        except MemoryError as e:
+            print(f"  {name:<20}{'':>7}{'':>12}{'':>12}{'':>10}{'':>12}{built:>9.1f}"
+                  f"{'':>8}{'':>8}  {ran:<14}NO: {e}", flush=True)
+            failed += 1
+            continue
         seconds, wall = time.process_time() - start, time.perf_counter() - wall
-        if not args.no_data:
+        if ran == "data":
             start = time.process_time()
             bad = wrong(record, result.outputs, expected, args.op)
             checking += time.process_time() - start
+            checked = True
             failed += bad
             verdict = "yes" if not bad else f"NO ({bad} wrong)"
         sent = [s.bytes_sent for s in result.stats]
@@ -206,8 +295,8 @@ def main(args) -> int:
         print(f"  {name:<20}{max(s.steps for s in result.stats):>7}{max(sent):>12}"
               f"{sum(sent) / len(sent):>12.0f}{sum(s.messages for s in result.stats):>10}"
               f"{sum(s.bytes_sent_inter_node for s in result.stats):>12}{built:>9.1f}"
-              f"{seconds:>8.1f}{wall:>8.1f}{predicted}  {verdict}", flush=True)
+              f"{seconds:>8.1f}{wall:>8.1f}{predicted}  {ran:<14}{verdict}", flush=True)
         del schedule, result
-    if not args.no_data:
+    if checked:
         print(f"# checked every element of every rank's result in {checking:.1f} s of CPU")
     return 1 if failed else 0

@@ -21,7 +21,9 @@ data, so that every rank computes the same bits (see ``one_shot``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -206,13 +208,28 @@ class Table(NamedTuple):
         return [Step(ops) for ops in steps]
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """Pause Python's cyclic GC while it lasts: its full passes over millions of fresh step
+    tuples (none of them cyclic) would otherwise take most of a large table's making (3x
+    at 8,192 ranks) and double the time of a large simulation."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 class Schedule:
     """The steps of every rank of one collective instance.
 
     Built lazily, one rank at a time, and memoised: the runtime asks for
     one rank only, the simulator for all of them (as a :class:`Table`, which a
     builder with a ``table(size, count, topology) -> Table`` attribute makes for
-    all ranks at once, vectorized; it must equal the per-rank lists). Builders of rooted
+    all ranks at once, vectorized; it must equal the per-rank lists, or be None where
+    it has no such form for those arguments). Builders of rooted
     collectives (reduce, bcast) write the schedule for root 0; for another
     root every rank is renumbered relative to it (``(rank - root) % size``),
     as MPI libraries do.
@@ -255,13 +272,13 @@ class Schedule:
         """Every rank's transfers as one :class:`Table` (memoised)."""
         if self._table is None:
             bulk = getattr(self._builder, "table", None)
-            if bulk is None:
-                table = Table.of([self.steps(r) for r in range(self.size)])
+            table = None if bulk is None else bulk(self.size, self.count, self.topology)
+            if table is None:
+                with collector_paused():
+                    table = Table.of([self.steps(r) for r in range(self.size)])
                 self._steps.clear()      # the table holds them, in a tenth of the memory
-            else:
-                table = bulk(self.size, self.count, self.topology)
-                if self.root:
-                    table = table.renumbered(self.root)
+            elif self.root:
+                table = table.renumbered(self.root)
             self._table = table
         return self._table
 

@@ -16,8 +16,7 @@ its cost grows with messages, not with Python work per element or message;
 
 from __future__ import annotations
 
-import contextlib
-import gc
+import os
 import time
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ import numpy as np
 from .. import collectives
 from ..core import ops
 from ..core.errors import ScheduleError
-from ..core.schedule import Schedule
+from ..core.schedule import Schedule, collector_paused
 from ..kernels import reduce_into
 
 
@@ -55,6 +54,7 @@ class SimResult:
     outputs: list      # per-rank results, as the collective returns them (None where it does)
     stats: list        # per-rank RankStats
     traffic: object = None  # with a network: its links' loads (pyar.model.network.Traffic)
+    verdict: object = None  # the contribution mode's (pyar.model.contributions.Verdict)
 
 
 def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
@@ -81,6 +81,8 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
     schedule, rank r on its endpoint r), every message is routed and the result's
     ``traffic`` says the bytes on each link, per step (the sender's step) and in all, and
     each message's hops (:class:`pyar.model.network.Traffic`).
+    Data mode raises MemoryError, naming the bytes and the modes that fit, where its
+    buffers (:func:`data_bytes`) exceed the memory free (:func:`available_memory`).
     """
     op = ops.resolve(op)
     record = collectives.collective(schedule.collective)
@@ -88,7 +90,7 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
     if not data:
         dtype = ops.check_dtype(np.dtype("float32" if inputs is None else inputs))
         wire = ops.accumulator(dtype, op if record.reduces else None, reduce_dtype)
-        with _collector_paused():
+        with collector_paused():
             table = schedule.table()
             stats = _stats(table, wire.itemsize, schedule.topology)
             _Run(table, count, None, None, None).run(progress)
@@ -110,8 +112,15 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
                              f"(a {record.name} of count {count}), got {a.size} of {a.dtype}")
         record.check(a.shape, size)
     wire = ops.accumulator(dtype, op if record.reduces else None, reduce_dtype)
-    with _collector_paused():
+    with collector_paused():
         table = schedule.table()
+        need, free = data_bytes(schedule, wire.itemsize), available_memory()
+        if need > free:
+            raise MemoryError(
+                f"data mode needs {_size(need)} for {schedule!r} ({size} ranks' data and "
+                f"scratch in {wire}), and {_size(free)} of memory is free: simulate it in "
+                f"the contribution mode (pyar.simulate_contributions; pyar sim --mode "
+                f"contributions), or data=False for traffic only")
         scratch = np.zeros(size, np.int64)
         np.maximum.at(scratch, table.rank[table.scratch], table.hi[table.scratch])
         base = np.concatenate(([0], np.cumsum(scratch)))        # each rank's scratch offset
@@ -130,7 +139,8 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
         stats = _stats(table, wire.itemsize, schedule.topology)
         offset = np.where(table.scratch, size * count + base[table.rank],
                           table.rank * count) + table.lo
-        _Run(table, count, memory, written, offset, op.reduction).run(progress)
+        _Run(table, count, memory, written, offset,
+             lambda mine, theirs: reduce_into(mine, theirs, op.reduction)).run(progress)
         traffic = None if network is None else network.table_traffic(table, wire.itemsize)
     outputs = []
     for r, a in enumerate(arrays):
@@ -144,17 +154,48 @@ def simulate(schedule: Schedule, inputs=None, *, op="sum", data: bool = True,
     return SimResult(outputs, stats, traffic)
 
 
-@contextlib.contextmanager
-def _collector_paused():
-    """Pause Python's cyclic GC: its full passes over millions of fresh step tuples
-    (none of them cyclic) would otherwise double the time of a large simulation."""
-    was_enabled = gc.isenabled()
-    gc.disable()
+def data_bytes(schedule: Schedule, itemsize: int) -> int:
+    """Bytes of the buffers data mode allocates for ``schedule`` with elements of
+    ``itemsize`` bytes (every rank's data and scratch), besides the inputs and one wave's
+    messages."""
+    table = schedule.table()
+    scratch = np.zeros(schedule.size, np.int64)
+    np.maximum.at(scratch, table.rank[table.scratch], table.hi[table.scratch])
+    return (schedule.size * schedule.count + int(scratch.sum())) * itemsize
+
+
+ROW_BYTES = 150     # a transfer's share of a simulation: its table row and the run's columns
+
+
+def table_rows(schedule: Schedule, samples: int = 4) -> int:
+    """An estimate of the rows of ``schedule``'s table without making it: the median of
+    the transfers of ``samples`` ranks spread over the communicator, times its size (the
+    median, so that a root's fan-in does not count for every rank). Cost: those ranks'
+    steps."""
+    size = schedule.size
+    ranks = sorted({size * k // samples for k in range(samples)} | {size - 1})
+    counts = [sum(len(step.ops) for step in schedule.steps(r)) for r in ranks]
+    return int(np.median(counts) * size)
+
+
+def available_memory() -> int:
+    """Bytes of memory this process may still take (Linux's MemAvailable, else free pages)."""
     try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def _stats(table, itemsize, topology) -> list:
@@ -236,6 +277,35 @@ def _copy(src, src_at, dst, dst_at, lengths):
             into[i] = rows[j]
 
 
+def partners(table):
+    """For every row of ``table``, its matching row at the other end (-1: none): the k-th send
+    from a rank to another meets the k-th receive the other posts from it."""
+    t, size = table, len(table.nsteps)
+    partner = np.full(t.rank.size, -1, np.int64)
+    sends, recvs = np.flatnonzero(t.send), np.flatnonzero(~t.send)
+    ends = []
+    for rows, src, dst in ((sends, t.rank, t.peer), (recvs, t.peer, t.rank)):
+        channel = src[rows] * size + dst[rows]
+        order = np.argsort(channel, kind="stable")       # rows are in step order
+        channel = channel[order]
+        first = np.zeros(channel.size, np.int64)         # where each row's channel begins
+        if channel.size:
+            new = np.flatnonzero(channel[1:] != channel[:-1]) + 1
+            first[new] = new
+            np.maximum.accumulate(first, out=first)
+        ends.append((channel, np.arange(channel.size) - first, rows[order]))
+    (cs, ns, rs), (cr, nr, rr) = ends
+    if np.array_equal(cs, cr):                           # as many sends as receives each
+        partner[rs], partner[rr] = rr, rs
+    elif sends.size and recvs.size:
+        scale = max(sends.size, recvs.size)              # > any nth
+        ks, kr = cs * scale + ns, cr * scale + nr        # sorted: channel, then nth
+        at = np.minimum(np.searchsorted(kr, ks), kr.size - 1)
+        hit = kr[at] == ks
+        partner[rs[hit]], partner[rr[at[hit]]] = rr[at[hit]], rs[hit]
+    return partner
+
+
 class _Run:
     """The simulation: ranks advance in waves, every rank whose current step can complete
     completing it in the same wave (the result does not depend on the order).
@@ -246,14 +316,17 @@ class _Run:
     each row's chunk begins) moves by rows: a message is read from its sender's buffer
     when the first of its two ends completes (the sender's buffer is then still as its
     step began), kept aside if that was the sender, and lands when its receiver's step
-    ends, the folds of a step in their listed order. The work per wave is numpy calls on
-    the rows of the steps that may complete, so the cost grows with messages.
+    ends, the folds of a step in their listed order (``fold(mine, theirs)``, in place). The
+    work per wave is numpy calls on the rows of the steps that may complete, so the cost
+    grows with messages. Memory's unit is an element unless ``length`` gives each row's size
+    in another (the contribution mode's atoms, :mod:`pyar.model.contributions`); ``count``
+    is a rank's data in that unit, ``partner`` what :func:`partners` returns.
     """
 
-    def __init__(self, table, count, memory, written, offset, reduction=None):
+    def __init__(self, table, count, memory, written, offset, fold=None, length=None,
+                 partner=None):
         self.t, self.count = table, count
-        self.memory, self.written, self.offset, self.reduction = \
-            memory, written, offset, reduction
+        self.memory, self.written, self.offset, self.fold = memory, written, offset, fold
         self.data_end = len(table.nsteps) * count       # memory: all data, then all scratch
         size = len(table.nsteps)
         self.size = size
@@ -261,14 +334,15 @@ class _Run:
         ids = self.first[table.rank] + table.step
         bounds_ = np.searchsorted(ids, np.arange(int(table.nsteps.sum()) + 1))
         self.start, self.stop = bounds_[:-1], bounds_[1:]
-        self.partner = self._match()
+        self.partner = partners(table) if partner is None else partner
         # the partner row's step; unmatched rows wait for a step no rank reaches
         self.partner_step = np.where(self.partner >= 0, table.step[self.partner],
                                      np.iinfo(np.int64).max)
-        self.length = table.hi - table.lo
+        elements = table.hi - table.lo
+        self.length = elements if length is None else length   # in memory's units
         recv = np.flatnonzero(~table.send & (self.partner >= 0))
         self.mismatched = np.zeros(table.rank.size, bool)      # sender's size differs
-        self.mismatched[recv] = self.length[recv] != self.length[self.partner[recv]]
+        self.mismatched[recv] = elements[recv] != elements[self.partner[recv]]
         # the k-th fold of a step lands in round k (within a round, targets are disjoint)
         folds = np.flatnonzero(table.reduce)
         new = np.ones(folds.size, bool)
@@ -280,33 +354,6 @@ class _Run:
         self.kept = {}          # send row -> (array, place) of a message read before it lands
         self.is_kept = np.zeros(table.rank.size, bool)
         self.delivered = np.zeros(table.rank.size, bool)
-
-    def _match(self):
-        """For every row, its matching row at the other end (-1: none)."""
-        t, size = self.t, self.size
-        partner = np.full(t.rank.size, -1, np.int64)
-        sends, recvs = np.flatnonzero(t.send), np.flatnonzero(~t.send)
-        ends = []
-        for rows, src, dst in ((sends, t.rank, t.peer), (recvs, t.peer, t.rank)):
-            channel = src[rows] * size + dst[rows]
-            order = np.argsort(channel, kind="stable")       # rows are in step order
-            channel = channel[order]
-            first = np.zeros(channel.size, np.int64)         # where each row's channel begins
-            if channel.size:
-                new = np.flatnonzero(channel[1:] != channel[:-1]) + 1
-                first[new] = new
-                np.maximum.accumulate(first, out=first)
-            ends.append((channel, np.arange(channel.size) - first, rows[order]))
-        (cs, ns, rs), (cr, nr, rr) = ends
-        if np.array_equal(cs, cr):                           # as many sends as receives each
-            partner[rs], partner[rr] = rr, rs
-        elif sends.size and recvs.size:
-            scale = max(sends.size, recvs.size)              # > any nth
-            ks, kr = cs * scale + ns, cr * scale + nr        # sorted: channel, then nth
-            at = np.minimum(np.searchsorted(kr, ks), kr.size - 1)
-            hit = kr[at] == ks
-            partner[rs[hit]], partner[rr[at[hit]]] = rr[at[hit]], rs[hit]
-        return partner
 
     def run(self, progress=None):
         t, size = self.t, self.size
@@ -356,8 +403,8 @@ class _Run:
             q = recvs[short][0]
             p = self.partner[q]
             raise ScheduleError(
-                f"size mismatch: rank {t.rank[q]} step {t.step[q]} receives {self.length[q]} "
-                f"elements from peer {t.peer[q]}, which sends {self.length[p]} at its step "
+                f"size mismatch: rank {t.rank[q]} step {t.step[q]} receives {t.hi[q] - t.lo[q]} "
+                f"elements from peer {t.peer[q]}, which sends {t.hi[p] - t.lo[p]} at its step "
                 f"{t.step[p]}")
         if self.memory is None:
             return
@@ -443,7 +490,7 @@ class _Run:
             else:
                 theirs = np.empty_like(mine)
                 _copy(payload, place[pick], theirs, where, n)
-            reduce_into(mine, theirs, self.reduction)
+            self.fold(mine, theirs)
             _copy(mine, where, memory, at[pick], n)
 
     def _stall(self, rank):

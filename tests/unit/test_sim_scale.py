@@ -97,6 +97,25 @@ def test_vectorized_ring_table_equals_the_per_rank_builder(collective, n, count)
     assert all(got.steps_of(r) == make(r, n, count) for r in range(n))
 
 
+@settings(max_examples=40)
+@given(n=st.integers(1, 24), count=st.integers(0, 200), segment=st.integers(1, 9),
+       per_node=st.integers(1, 30))
+def test_segmented_ring_and_one_node_hierarchical_tables_equal_the_builders(n, count, segment,
+                                                                           per_node):
+    topology = Topology.regular(n, per_node)
+    cases = [("segmented_ring", builder("segmented_ring"), {"segment": segment}, None),
+             ("hierarchical", builder("hierarchical"), {}, None),
+             ("hierarchical", builder("hierarchical"), {}, topology)]
+    for name, make, given_, where in cases:
+        got = make.table(n, count, where, **given_)
+        if got is None:         # several nodes: the per-rank builder's
+            assert name == "hierarchical" and len(topology.nodes) > 1
+            continue
+        want = Table.of([make(r, n, count, where, **given_) for r in range(n)])
+        for column, a, b in zip(Table._fields, want, got):
+            assert np.array_equal(a, b), (name, column)
+
+
 @settings(max_examples=30)
 @given(n=st.integers(2, 12), root=st.integers(0, 11), count=st.integers(1, 30))
 def test_a_rooted_table_renumbers_like_the_steps(n, root, count):

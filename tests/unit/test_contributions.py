@@ -1,0 +1,174 @@
+"""The simulator's contribution mode: it agrees with data mode, and it catches broken schedules."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import pyar
+from pyar import cli, collectives
+from pyar.algorithms import algorithms, builder as algorithms_builder
+from pyar.cli import sim as workbench
+from pyar.core.schedule import Chunk, Recv, Send, Step
+from pyar.core.topology import Topology
+from pyar.model import contributions, sim
+
+CASES = [(c, a) for c in collectives.names() for a in algorithms(c) if a != "mpi"]
+
+
+def _case(collective, name, n, c, root):
+    record = collectives.collective(collective)
+    moves = record.count(1, n) > 0
+    shape = record.shapes(n, c)[0] if moves else (0,)
+    x_count = int(np.prod(shape))
+    topology = Topology.regular(n, 3) if n > 3 else None
+    schedule = pyar.schedule(name, n, record.count(x_count, n) if moves else 0,
+                             collective=collective, topology=topology,
+                             root=root % n if record.rooted else 0)
+    inputs = workbench.samples(n, x_count, "int64", "sum").reshape(n, *shape) if moves \
+        else None
+    return record, schedule, inputs
+
+
+def _wrong_in_data(record, schedule, inputs):
+    """Elements data mode finds wrong (int64 sums: exact)."""
+    expected = workbench.reference(record, inputs, "sum") if record.name == "allreduce" else \
+        [record.expected(inputs, r, schedule.root, "sum") for r in range(schedule.size)]
+    return workbench.wrong(record, pyar.simulate(schedule, inputs).outputs, expected, "sum")
+
+
+@pytest.mark.parametrize("collective,name", CASES)
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 19), c=st.integers(0, 40), root=st.integers(0, 18))
+def test_contribution_and_data_modes_agree(collective, name, n, c, root):
+    """Every algorithm: the same traffic as data mode, and both find its result right."""
+    record, schedule, inputs = _case(collective, name, n, c, root)
+    result = pyar.simulate_contributions(schedule, "int64")
+    assert result.verdict.ok, result.verdict
+    assert result.outputs == [None] * n
+    if record.count(1, n):
+        assert _wrong_in_data(record, schedule, inputs) == 0
+    assert result.stats == pyar.simulate(schedule, "int64", data=False).stats
+
+
+def _broken(base, change):
+    """``base``'s allreduce builder with ``change(rank, steps)`` applied to every rank's steps."""
+    build = algorithms_builder(base)
+
+    def broken(rank, size, count, topology=None):
+        return change(rank, list(build(rank, size, count, topology)))
+    return broken
+
+
+def _drop_a_fold(rank, steps):          # rank 1's first fold copies instead: contributions lost
+    if rank != 1:
+        return steps
+    i = next(i for i, s in enumerate(steps) if any(getattr(op, "reduce", False) for op in s.ops))
+    ops = [Recv(op.peer, op.chunk) if type(op) is Recv and op.reduce else op
+           for op in steps[i].ops]
+    return steps[:i] + [Step(ops)] + steps[i + 1:]
+
+
+def _fold_twice(rank, steps):           # x0 folded into rank 1's data before it starts
+    data = Chunk("data", 0, 8)
+    if rank == 0:
+        return [Step([Send(1, data)])] + steps
+    if rank == 1:
+        return [Step([Recv(0, data, reduce=True)])] + steps
+    return steps
+
+
+def _swap_halves(rank, steps):          # rank 2 ends with its halves swapped: from other elements
+    if rank != 2:
+        return steps
+    low, high = Chunk("data", 0, 4), Chunk("data", 4, 8)
+    return steps + [Step([Send(2, low), Send(2, high), Recv(2, high), Recv(2, low)])]
+
+
+BROKEN = [(_drop_a_fold, "3 contributions where 4 belong"),
+          (_fold_twice, "5 contributions where 4 belong"),
+          (_swap_halves, "4 contributions, but not the ones that belong")]
+
+
+# (one_shot's folds share a step: a copy among them is a ScheduleError, not a lost fold)
+@pytest.mark.parametrize("base,change,held", [
+    (base, change, held) for base in ("ring", "rabenseifner", "swing_bandwidth", "one_shot")
+    for change, held in BROKEN if (base, change) != ("one_shot", _drop_a_fold)])
+def test_a_broken_schedule_is_caught(scratch_registry, base, change, held):
+    """A dropped, a doubled and a misplaced contribution: the verdict says where and what,
+    and counts the wrong elements data mode finds (int64 sums: exact)."""
+    name = f"t_{change.__name__}_{base}"
+    pyar.register_algorithm(name)(_broken(base, change))
+    schedule = pyar.schedule(name, 4, 8)
+    verdict = pyar.simulate_contributions(schedule).verdict
+    assert not verdict.ok and held in verdict.first, verdict
+    inputs = workbench.samples(4, 8, "int64", "sum")
+    want = inputs.sum(axis=0)
+    outputs = pyar.simulate(schedule, inputs).outputs
+    assert verdict.wrong == sum(np.count_nonzero(out != want) for out in outputs) > 0
+
+
+def test_sketch_tells_sets_of_one_size_apart():
+    """Folding x0 twice and x3 never gives a word other than x0 + x1 + x2 + x3's."""
+    edges = np.array([0, 8])
+    start = contributions.initial("allreduce", 4, edges)
+    right, wrong = start[0].copy(), start[0].copy()
+    for r in (1, 2, 3):
+        contributions.fold(right, start[r])
+    for r in (0, 1, 2):
+        contributions.fold(wrong, start[r])
+    assert contributions.check("allreduce", np.stack([right] * 4), edges, 0).ok
+    verdict = contributions.check("allreduce", np.stack([right, right, right, wrong]), edges, 0)
+    assert not verdict.ok and verdict.wrong == 8
+    assert verdict.first == "rank 3 elements [0, 8)" and verdict.where == (3, 0)
+
+
+def test_it_raises_the_simulators_errors(scratch_registry):
+    everything = Chunk("data", 0, 4)
+    broken = {
+        "deadlock: rank 0 is stuck at step 0 waiting for peer 1":
+            lambda r, n, c, t=None: [Step([Recv(1 - r, everything)]),
+                                     Step([Send(1 - r, everything)])],
+        "size mismatch: rank 1 step 0 receives 4 elements from peer 0, which sends 3":
+            lambda r, n, c, t=None: [Step([Send(1, Chunk("data", 0, 3))])] if r == 0 else
+            [Step([Recv(0, everything)])],
+        "rank 0 step 0 sends scratch \\[0, 4\\) to peer 1 before all of it was received":
+            lambda r, n, c, t=None: [Step([Send(1, Chunk("scratch", 0, 4))])] if r == 0 else
+            [Step([Recv(0, everything)])],
+    }
+    for k, (message, build) in enumerate(broken.items()):
+        pyar.register_algorithm(f"t_raises{k}")(build)
+        with pytest.raises(pyar.ScheduleError, match=message):
+            pyar.simulate_contributions(pyar.schedule(f"t_raises{k}", 2, 4))
+
+
+def _rows(out):
+    return {line.split()[0]: line for line in out.splitlines() if not line.startswith("#")}
+
+
+def test_sim_chooses_the_contribution_mode_where_data_does_not_fit(monkeypatch, capsys):
+    """auto runs data where it fits and contributions where not, naming the mode in the row;
+    --mode data where it does not fit is a row naming the bytes and the mode to use."""
+    argv = ["sim", "-N", "8", "--count", "4096", "-a", "ring,one_shot"]
+    assert cli.main(argv) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert all(r.split()[-2:] == ["data", "yes"] for r in rows.values()), rows
+    monkeypatch.setattr(sim, "available_memory", lambda: 600_000)   # ring: 2 x (data + x) fit
+    assert cli.main(argv) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert rows["ring"].split()[-2:] == ["data", "yes"]
+    assert rows["one_shot"].split()[-2:] == ["contributions", "yes"], rows
+    assert cli.main(argv + ["--mode", "data"]) == 1
+    rows = _rows(capsys.readouterr().out)
+    assert "NO: data mode needs 1.0 MiB" in rows["one_shot"], rows
+    assert "pyar sim --mode contributions" in rows["one_shot"]
+
+
+@pytest.mark.parametrize("name,n", [("ring", 37), ("recursive_doubling", 32), ("rabenseifner", 64),
+                                    ("naive", 50)])
+def test_the_table_estimate_is_the_table_where_ranks_are_alike(name, n):
+    """Ranks alike: the estimate is the table's rows; a root's fan-in is not counted for
+    every rank (naive: the median rank's two transfers)."""
+    schedule = pyar.schedule(name, n, 1000)
+    rows = schedule.table().rank.size
+    estimate = sim.table_rows(pyar.schedule(name, n, 1001))
+    assert estimate == (2 * n if name == "naive" else rows), (estimate, rows)

@@ -149,15 +149,21 @@ class _Writable:
 
 
 class _Pending:
-    """An MPI request (send, recv) in the shape of a :class:`pyar.Request`."""
+    """An MPI request (send, recv) in the shape of a :class:`pyar.Request`; ``source``: the
+    rank a completed receive came from."""
 
     def __init__(self, request, what):
         self.request, self.what, self.done = request, what, False
+        self.status = MPI.Status()
 
     def test(self) -> bool:
         if not self.done:
-            self.done = self.request.Test()
+            self.done = self.request.Test(self.status)
         return self.done
+
+    @property
+    def source(self) -> int:
+        return self.status.Get_source()
 
     def wait(self, timeout=None):
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -252,6 +258,13 @@ class PyarWork(dist.Work):
 
     def result(self):
         return self._outputs
+
+    def _source_rank(self) -> int:
+        """The group rank a completed receive from any source came from (torch's
+        ``dist.recv(t)`` and ``irecv(t)`` without ``src``)."""
+        if not isinstance(self._request, _Pending) or not self._finished:
+            raise ValueError("pyar backend: a source rank is a completed receive's")
+        return self._request.source
 
     def get_future(self) -> torch.futures.Future:
         """A future of the output tensors, completed as soon as the request completes."""
@@ -370,6 +383,36 @@ class ProcessGroupPyar(dist.ProcessGroup):
         outs = _one(output_tensors, "allgather")
         self._check_list(outs, x, "allgather's output list")
         return self._gathered(opts, x, outs)
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        opts = opts or dist.AllgatherOptions()
+        n = self._size
+        if len(output_lists) != n or any(
+                len(outs) != len(input_tensors) or
+                any(o.shape != x.shape or o.dtype != x.dtype
+                    for o, x in zip(outs, input_tensors)) for outs in output_lists):
+            raise ValueError(f"pyar backend: all_gather_coalesced needs {n} output lists, "
+                             f"each of tensors of the inputs' shapes and dtypes")
+        outputs = [o for outs in output_lists for o in outs]
+        if not input_tensors:
+            return PyarWork(None, outputs)
+        _same(input_tensors, "all_gather_coalesced")
+        flat = torch.cat([t.reshape(-1) for t in input_tensors])
+        if not flat.numel():
+            return PyarWork(None, outputs)
+        gathered = torch.empty((n, flat.numel()), dtype=flat.dtype, device=flat.device)
+        a, out = _array(flat), _array(gathered)
+
+        def then():
+            for r, outs in enumerate(output_lists):
+                at = 0
+                for o in outs:
+                    o.copy_(gathered[r, at:at + o.numel()].view(o.shape))
+                    at += o.numel()
+
+        def call(nb):
+            return (api.iallgather if nb else api.allgather)(a, out, **self._kw())
+        return self._run(opts, call, outputs, then)
 
     def _gathered(self, opts, x, outs):
         """Every rank's ``x`` allgathered into one flat tensor, then copied into ``outs`` (the
@@ -601,7 +644,12 @@ class ProcessGroupPyar(dist.ProcessGroup):
                         self.timeout)
 
     def recv_anysource(self, tensors, tag=0):
-        raise ValueError("pyar backend: recv from any source is not supported; name src")
+        t = _one(tensors, "recv")
+        target = _Writable(t)
+        request = self.p2p.Irecv([target.array.view(np.uint8).reshape(-1), MPI.BYTE],
+                                 MPI.ANY_SOURCE, tag)
+        return PyarWork(_Pending(request, "recv from any source"), [t], target.back,
+                        self.timeout)
 
 
 def _seconds(timeout) -> float | None:
@@ -631,7 +679,7 @@ def _create(options, _backend_options=None) -> ProcessGroupPyar:
         members.Free()
         whole.Free()
     else:
-        mpi = world
+        mpi = world.Dup()       # (a group of its own: a failed group's state stays its own)
     problem = None
     if (options.group_rank, options.group_size) != (mpi.Get_rank(), mpi.Get_size()):
         problem = (f"torch gave rank {options.group_rank} of {options.group_size}, MPI has "

@@ -9,8 +9,9 @@ torch spawns a process per rank for each test (``MultiProcessTestCase``); here t
 are mpiexec's and each test runs in all of them at once, as torch's spawned child does it
 (``TestDistBackend._run``): a fresh ``init_process_group`` on a ``file://`` store of its
 own with the test's timeout, torch's file barrier, the test method, the barrier, and
-``destroy_process_group``. A rank's outcome is ``pass``, ``skip`` (``unittest.SkipTest``,
-or a ``sys.exit`` with one of torch's skip codes, as its skip decorators do in a child) or
+``destroy_process_group``. A rank's outcome is ``pass``, ``skip`` (a method marked skipped, as
+unittest's runner skips it, ``unittest.SkipTest``, or a ``sys.exit`` with one of torch's
+skip codes, as its skip decorators do in a child) or
 ``fail`` (the traceback's last lines); rank 0 appends the test's line (every rank's
 outcome, gathered over MPI with a polling wait) to ``RESULTS`` and, before it, a ``start``
 line. A test still running after its deadline ends the job: ``faulthandler`` prints every
@@ -99,6 +100,9 @@ def _tail(text: str, lines: int = 6) -> str:
 def run_one(name: str, index: int) -> tuple[str, str]:
     """(outcome, detail) of test ``name`` on this rank, run as torch's spawned child runs
     it."""
+    method = getattr(MPIDistTest, name)
+    if getattr(method, "__unittest_skip__", False):    # (unittest's runner skips these)
+        return "skip", getattr(method, "__unittest_skip_why__", "")
     _fresh_dirs(index)
     test = MPIDistTest(name)
     test.file_name = os.path.join(TEMP_DIR, f"store_{index}")

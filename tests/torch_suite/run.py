@@ -66,7 +66,8 @@ def run_config(python: str, backend: str, nprocs: int, tests: list[str], timeout
     todo = list(tests)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-        "TORCH_SUITE_TIMEOUT": str(timeout), "GLOO_SOCKET_IFNAME":
+        "TORCH_SUITE_TIMEOUT": str(timeout), "PYTORCH_PRINT_REPRO_ON_FAILURE": "0",
+        "GLOO_SOCKET_IFNAME":
         os.environ.get("GLOO_SOCKET_IFNAME", "lo"), "OMP_NUM_THREADS": "1"}
     while todo:
         chunk = todo[:batch]
@@ -93,18 +94,25 @@ def run_config(python: str, backend: str, nprocs: int, tests: list[str], timeout
                     continue
                 results[entry["test"]] = (*outcome(entry["ranks"]), entry["seconds"])
                 running = None
-                print(f"  {backend} x{nprocs} {entry['test']}: "
-                      f"{results[entry['test']][0]}", flush=True)
+                _say(backend, nprocs, entry["test"], results[entry["test"]], log)
         done = [t for t in chunk if t in results]
         if running is None and len(done) < len(chunk):
             running = chunk[len(done)]      # (the job died before any line of its own)
         if running is not None:
             tail = "\n".join(output.strip().splitlines()[-12:])
             results[running] = ("fail", f"the job ended in it (exit {rc}):\n{tail}", None)
-            print(f"  {backend} x{nprocs} {running}: fail (job ended, exit {rc})",
-                  flush=True)
+            _say(backend, nprocs, running, results[running], log)
         todo = [t for t in todo if t not in results]
     return results
+
+
+def _say(backend, nprocs, test, result, log) -> None:
+    """A test's line as it finishes (a failure's with the last line of its reason; the
+    whole reason to ``log``)."""
+    what, detail, _ = result
+    log.write(f"== {backend} x{nprocs} {test}: {what}\n{detail}\n")
+    last = detail.strip().splitlines()[-1] if what == "fail" and detail.strip() else ""
+    print(f"  {backend} x{nprocs} {test}: {what}" + (f": {last}" if last else ""), flush=True)
 
 
 def table(all_results: dict) -> str:

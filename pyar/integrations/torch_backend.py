@@ -128,8 +128,10 @@ def _same(tensors, what):
 
 
 def _error(e: PyarError) -> dist.DistBackendError:
-    """pyar's failure as torch's distributed error type, with pyar's message."""
-    error = dist.DistBackendError(f"pyar: {type(e).__name__}: {e}")
+    """pyar's failure as torch's distributed error type, with pyar's message (a timeout's
+    says "Timed out", as torch's own backends' do)."""
+    kind = "Timed out (TimeoutError)" if isinstance(e, PyarTimeout) else type(e).__name__
+    error = dist.DistBackendError(f"pyar: {kind}: {e}")
     error.__cause__ = e
     return error
 

@@ -37,27 +37,44 @@ from datetime import timedelta
 
 from mpi4py import MPI
 
-BACKEND, TEMP_DIR, RESULTS, *TESTS = sys.argv[1:]
+NAME, TEMP_DIR, RESULTS, *TESTS = sys.argv[1:]
+BACKEND, _, SUITE = NAME.partition("-as-")      # pyar-as-gloo: pyar, in gloo's selection
+SUITE = SUITE or BACKEND
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
 DEADLINE = float(os.environ.get("TORCH_SUITE_TIMEOUT", "240"))   # seconds a test may take
 
-os.environ.update(BACKEND=BACKEND, WORLD_SIZE=str(SIZE), TEMP_DIR=TEMP_DIR,
+os.environ.update(BACKEND=SUITE, WORLD_SIZE=str(SIZE), TEMP_DIR=TEMP_DIR,
                   INIT_METHOD=f"file://{TEMP_DIR}/init_dir/shared_init_file")
 if BACKEND == "pyar":
     import pyar.torch  # noqa: F401  (registers the backend)
 
 from torch.testing._internal import common_distributed as cd  # noqa: E402
 
-if BACKEND == "pyar":
+if SUITE == "pyar":
     for feature in ("plugin", "ddp", "subgroup"):
-        cd.DistTestCases.backend_feature[feature].add(BACKEND)
+        cd.DistTestCases.backend_feature[feature].add(SUITE)
 
 import torch.distributed as dist  # noqa: E402
 from torch.testing._internal import common_utils  # noqa: E402
 from torch.testing._internal.distributed import distributed_test as dt  # noqa: E402
 
 SKIP_CODES = {s.exit_code: s.message for s in cd.TEST_SKIPS.values()}
+
+
+def _as_backend(make):
+    """``make`` (``dist.init_process_group``, ``dist.new_group``) with the suite's backend
+    name (``SUITE``) meaning the one run (``BACKEND``)."""
+    def made(*args, **kwargs):
+        if kwargs.get("backend") == SUITE:
+            kwargs["backend"] = BACKEND
+        return make(*args, **kwargs)
+    return made
+
+
+if SUITE != BACKEND:
+    dist.init_process_group = _as_backend(dist.init_process_group)
+    dist.new_group = _as_backend(dist.new_group)
 
 
 class MPIDistTest(dt.TestDistBackend, dt.DistributedTest._DistTestBase):

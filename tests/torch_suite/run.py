@@ -2,8 +2,17 @@
 on gloo, under mpiexec, with a table of passed / failed / skipped per backend and rank
 count (``make test-torch``)::
 
-    python tests/torch_suite/run.py [--backends pyar,gloo] [--ranks 2,3] [-k PATTERN]
-                                    [--timeout 240] [--json OUT] [--batch 60]
+    python tests/torch_suite/run.py [--backends pyar,pyar-as-gloo,gloo] [--ranks 2,3]
+                                    [-k PATTERN]
+                                    [--timeout 240] [--json OUT] [--batch 100]
+
+``pyar`` is the backend as torch's suite knows an out-of-tree backend (its name in the
+suite's plugin, ddp and subgroup features): a test that names the backends it runs on
+(``require_backend_is_available({"gloo"})``, ``BACKEND != "gloo"``) skips.
+``pyar-as-gloo`` runs pyar in gloo's selection: the suite is imported as for gloo (every
+test gloo runs, and gloo's paths in the test bodies), and the groups it makes with
+``backend="gloo"`` are pyar's; a test that checks the backend's name, or gloo's own
+features (monitored barrier, sparse tensors), fails there by construction.
 
 Each backend and rank count runs in mpiexec jobs of at most ``--batch`` tests each
 (:mod:`tests.torch_suite.ranks`: every rank runs the same tests in the same order); a job
@@ -79,7 +88,7 @@ def run_config(python: str, backend: str, nprocs: int, tests: list[str], timeout
             bound = timeout * len(chunk) + 120
             try:
                 job = subprocess.run(command, env=env, capture_output=True, text=True,
-                                     timeout=bound)
+                                     timeout=bound, cwd=tmp)     # (pyar's flight records)
                 output, rc = job.stdout + job.stderr, job.returncode
             except subprocess.TimeoutExpired as e:
                 output = (e.stdout or b"").decode(errors="replace") + \
@@ -150,12 +159,12 @@ def differences(all_results: dict) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backends", default="pyar,gloo")
+    p.add_argument("--backends", default="pyar,pyar-as-gloo,gloo")
     p.add_argument("--ranks", default="2,3")
     p.add_argument("-k", dest="pattern", default=None,
                    help="run the tests whose name matches this regular expression")
     p.add_argument("--timeout", type=float, default=240, help="seconds a test may take")
-    p.add_argument("--batch", type=int, default=60, help="tests per mpiexec job")
+    p.add_argument("--batch", type=int, default=100, help="tests per mpiexec job")
     p.add_argument("--json", default=None, help="write every outcome here")
     p.add_argument("--log", default="torch-suite.log", help="the ranks' output")
     p.add_argument("--python", default=sys.executable)

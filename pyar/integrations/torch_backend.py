@@ -343,12 +343,44 @@ class ProcessGroupPyar(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         opts = opts or dist.AllreduceOptions()
         t = _one(tensors, "allreduce")
+        if t.is_sparse:
+            return self._sparse_allreduce(t, opts)
         op, target = _op(opts.reduceOp, t.dtype), _Writable(t)
         a = target.array
 
         def call(nb):
             return (api.iallreduce if nb else api.allreduce)(a, a, op=op, **self._kw())
         return self._run(opts, call, [t], target.back)
+
+    def _sparse_allreduce(self, t, opts) -> PyarWork:
+        """The SUM of sparse COO tensors (as gloo's, the only op): every rank's indices and
+        values allgathered (blocking: the counts first, then blocks padded to the largest),
+        summed here and written into ``t`` (its coalesced form)."""
+        if opts.reduceOp != dist.ReduceOp.SUM:
+            raise ValueError("pyar backend: sparse tensors are reduced with SUM only")
+        s = t.coalesce()
+        idx, val = s.indices().contiguous(), s.values().contiguous()
+        try:
+            counts = api.allgather(np.array([idx.shape[1]], np.int64), **self._kw())
+            counts = [int(c) for c in counts.reshape(-1)]
+            width = max(counts)
+            pad_idx = torch.zeros((idx.shape[0], width), dtype=idx.dtype)
+            pad_val = torch.zeros((width, *val.shape[1:]), dtype=val.dtype)
+            pad_idx[:, :idx.shape[1]] = idx
+            pad_val[:val.shape[0]] = val
+            got_idx = torch.empty((self._size, *pad_idx.shape), dtype=idx.dtype)
+            got_val = torch.empty((self._size, *pad_val.shape), dtype=val.dtype)
+            if width:
+                api.allgather(_array(pad_idx), _array(got_idx), **self._kw())
+                api.allgather(_array(pad_val), _array(got_val), **self._kw())
+        except PyarError as e:
+            raise _error(e) from e
+        self.calls += 1
+        total = torch.sparse_coo_tensor(
+            torch.cat([got_idx[r, :, :c] for r, c in enumerate(counts)], dim=1),
+            torch.cat([got_val[r, :c] for r, c in enumerate(counts)]), t.shape)
+        t.copy_(total.coalesce())
+        return PyarWork(None, [t])
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()

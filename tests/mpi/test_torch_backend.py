@@ -255,6 +255,23 @@ def test_all_reduce_of_a_non_contiguous_tensor_and_its_future(comm, groups):
     agree(comm, isinstance(value, list) and value[0] is view)
 
 
+def test_all_reduce_of_sparse_tensors(comm, groups):
+    """Sparse COO tensors (a different pattern and count on each rank, one rank's empty)
+    summed in place as gloo sums them."""
+    gloo, pg = groups
+    n, me = comm.size, comm.rank
+
+    def mine():
+        rows = list(range(me, 6, n)) if me else []
+        return torch.sparse_coo_tensor([rows], torch.ones(len(rows), 2) * (me + 1), (6, 2))
+    ours, theirs = mine(), mine()
+    dist.all_reduce(ours, group=pg)
+    dist.all_reduce(theirs, group=gloo)
+    agree(comm, ours.is_sparse and torch.equal(ours.to_dense(), theirs.to_dense()))
+    with pytest.raises(ValueError, match="SUM only"):
+        dist.all_reduce(mine(), op=dist.ReduceOp.MAX, group=pg)
+
+
 def test_all_reduce_coalesced(comm, groups):
     gloo, pg = groups
     for op in OPS[:1] + OPS[2:]:

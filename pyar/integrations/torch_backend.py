@@ -698,13 +698,75 @@ def _agree(comm: MPI.Comm, problem: str | None) -> None:
         raise ValueError("; ".join(f"rank {r}: {p}" for r, p in found))
 
 
-def _create(options, _backend_options=None) -> ProcessGroupPyar:
-    """The backend's creator (``extended_api``): the default group on COMM_WORLD, or a
-    new group's communicator of its global ranks (collective over them only)."""
+_joined: list = []          # the world torchrun's workers joined (one at most)
+# What an MPI launcher sets in the environment of its processes (MPICH's hydra, PMIx, Open MPI)
+_LAUNCHED = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
+
+
+def _world(options) -> MPI.Comm:
+    """The communicator whose ranks are torch's global ranks: COMM_WORLD; or, where this
+    process is an MPI job of one and torch's world is larger (torchrun's workers, each
+    started as ``mpiexec -n 1``), the world the workers join through torch's store
+    (:func:`_join`, once per process). A worker that no MPI launcher started (an MPI
+    singleton: MPICH's cannot connect to each other) is a ValueError naming the fix."""
+    if _joined:
+        return _joined[0]
     world = MPI.COMM_WORLD
+    if world.Get_size() > 1 or options.group_size == 1 or options.global_ranks_in_group:
+        return world
+    if not any(v in os.environ for v in _LAUNCHED):
+        raise ValueError(f"pyar backend: torch has {options.group_size} ranks but this "
+                         f"process is an MPI singleton (no mpiexec started it); start each "
+                         f"worker as an MPI job of its own (torchrun --no-python ... mpiexec "
+                         f"-n 1 python train.py), or every rank under one mpiexec")
+    _joined.append(_join(options.store, options.group_rank, options.group_size))
+    return _joined[0]
+
+
+def _join(store, rank: int, size: int) -> MPI.Comm:
+    """The communicator of ``size`` processes, each an MPI job of one, in the order of
+    their ``rank`` (torch's): rank 0 opens an MPI port and puts its name in ``store``; rank
+    ``r``, once rank ``r - 1`` has joined, says so in the store and connects, and the ranks
+    joined so far accept it together (``MPI_Comm_accept``/``connect``, then
+    ``MPI_Intercomm_merge``). Each wait on the store is bounded by its timeout; a connect
+    follows the store's word that the peer is connecting."""
+    key, comm = "pyar-join", MPI.COMM_SELF
+    port = MPI.Open_port() if rank == 0 else None
+    if rank == 0:
+        store.set(f"{key}/port", port)
+    else:
+        if rank > 1:
+            store.wait([f"{key}/joined/{rank - 1}"])
+        port = store.get(f"{key}/port").decode()
+        store.set(f"{key}/connecting/{rank}", "1")
+        inter = comm.Connect(port)
+        comm = inter.Merge(high=True)
+        inter.Free()
+        store.set(f"{key}/joined/{rank}", "1")
+    for r in range(rank + 1, size):
+        store.wait([f"{key}/connecting/{r}"])
+        inter = comm.Accept(port if rank == 0 else "", root=0)
+        merged = inter.Merge(high=False)
+        inter.Free()
+        if comm is not MPI.COMM_SELF:
+            comm.Free()
+        comm = merged
+    if rank == 0:
+        MPI.Close_port(port)
+    world = comm.Split(0, rank)
+    if comm is not MPI.COMM_SELF:
+        comm.Free()
+    return world
+
+
+def _create(options, _backend_options=None) -> ProcessGroupPyar:
+    """The backend's creator (``extended_api``): the default group on a duplicate of the
+    world (:func:`_world`), or a new group's communicator of its global ranks (collective
+    over them only)."""
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:    # (the helper thread calls MPI too)
         raise ValueError("the pyar backend needs MPI_THREAD_MULTIPLE; this MPI was "
                          "initialized with less (mpi4py.rc.thread_level)")
+    world = _world(options)
     ranks = list(options.global_ranks_in_group)
     if ranks:
         whole = world.Get_group()

@@ -13,7 +13,9 @@ The rank and world size are MPI's (``COMM_WORLD``); a ``rank`` or ``world_size``
 that disagrees is a ValueError on every rank. Under torch's default ``env://`` with
 ``MASTER_ADDR`` unset, rank 0 serves the TCP store on a port it picks and tells the others
 over MPI (groups of other backends made later share it); with torchrun's variables set,
-it is torch's own, and torch's ranks are checked against MPI's the same way. ``pyar://``
+it is torch's own, and torch's ranks are checked against MPI's the same way, except under
+torchrun with every worker an MPI job of one (``mpiexec -n 1``): there the workers join one
+world through torch's store (:func:`_join`) and the ranks are torch's. ``pyar://``
 needs no store, address or port: the group's store is a process-local ``HashStore``
 (nothing of pyar uses it; torch code that exchanges keys through the store across ranks
 does not work on it).
@@ -22,8 +24,9 @@ The process group, :class:`ProcessGroupPyar`, is a Python subclass of
 ``torch.distributed.ProcessGroup`` (torch takes one from a backend's creator as the group
 itself). Each collective runs on pyar's own collectives (:mod:`pyar.api`) on the group's
 :class:`pyar.Comm`; ``dist.new_group(ranks)`` makes a communicator of those ranks
-(``MPI_Comm_create_group``, collective over the members only). ``send``/``recv`` are MPI
-``Isend``/``Irecv`` on a duplicate of the group's communicator. Tensors are read and
+(``MPI_Comm_create_group``, collective over the members only), and each default group
+a duplicate of the world's. ``send``/``recv`` are MPI ``Isend``/``Irecv`` on a duplicate
+of the group's communicator (from any source: ``MPI_ANY_SOURCE``). Tensors are read and
 written in place through arrays sharing their memory (:func:`pyar.core.buffers.as_array`;
 CPU through ``Tensor.numpy()``, CUDA through DLPack, untested: no GPU here); bool through
 a uint8 view, SUM as logical or and PRODUCT as logical and (MIN, MAX as for uint8).
@@ -45,9 +48,10 @@ blocks and ``scatter`` a broadcast of the root's stacked blocks (each rank recei
 times a dedicated gather's or scatter's bytes); ``all_to_all_single`` with split sizes and
 list ``alltoall`` first allgather every rank's counts (a blocking call: also the check that
 the ranks' splits agree, a ValueError on every rank otherwise), then run one alltoall of
-blocks padded to the largest count; list ``allgather``, ``reduce_scatter`` and
-``allreduce_coalesced`` copy through one flat buffer. ``recv`` from any source and
-``PREMUL_SUM``/bitwise ops are not supported (a clear error). A group's MPI communicators
+blocks padded to the largest count; list ``allgather``, ``reduce_scatter``,
+``allreduce_coalesced`` and ``allgather_coalesced`` copy through one flat buffer; a sparse
+``all_reduce`` (SUM) allgathers the counts, then the indices and values padded to the
+largest, blocking. ``PREMUL_SUM`` and bitwise ops are not supported (a clear error). A group's MPI communicators
 (its own, pyar's duplicate, the send/recv duplicate) stay allocated when torch destroys the
 group: MPI frees a communicator only collectively, which torch's teardown does not promise.
 """

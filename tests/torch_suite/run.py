@@ -139,7 +139,7 @@ def table(all_results: dict) -> str:
 
 def differences(all_results: dict) -> list[str]:
     """Every (test, rank count) whose outcome is not the same on every backend, with each
-    failure's reason."""
+    failure's and skip's reason."""
     lines = []
     counts = sorted({n for _, n in all_results})
     backends = sorted({b for b, _ in all_results})
@@ -151,7 +151,7 @@ def differences(all_results: dict) -> list[str]:
             if len(set(kinds.values())) > 1 or "fail" in kinds.values():
                 lines.append(f"- {t} x{n}: " + ", ".join(f"{b} {k}" for b, k in kinds.items()))
                 for b, g in got.items():
-                    if g and g[0] == "fail":
+                    if g and g[0] in ("fail", "skip"):
                         reason = "\n      ".join(g[1].splitlines())
                         lines.append(f"    {b}: {reason}")
     return lines

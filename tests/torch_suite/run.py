@@ -108,11 +108,21 @@ def run_config(python: str, backend: str, nprocs: int, tests: list[str], timeout
         if running is None and len(done) < len(chunk):
             running = chunk[len(done)]      # (the job died before any line of its own)
         if running is not None:
-            tail = "\n".join(output.strip().splitlines()[-12:])
-            results[running] = ("fail", f"the job ended in it (exit {rc}):\n{tail}", None)
+            results[running] = ("fail", ended(output, rc, timeout), None)
             _say(backend, nprocs, running, results[running], log)
         todo = [t for t in todo if t not in results]
     return results
+
+
+def ended(output: str, rc, timeout: float) -> str:
+    """Why a job ended in a test: past its deadline (each rank's threads' innermost
+    frames, from faulthandler's dump), else its exit status and last lines."""
+    lines = output.strip().splitlines()
+    if any(line.startswith("Timeout (") for line in lines):
+        inner = [lines[i + 1].strip() for i, line in enumerate(lines[:-1])
+                 if line.endswith("(most recent call first):")]
+        return f"timed out after {timeout:g} s; innermost frames: " + "; ".join(inner)
+    return f"the job ended in it (exit {rc}):\n" + "\n".join(lines[-12:])
 
 
 def _say(backend, nprocs, test, result, log) -> None:

@@ -29,3 +29,13 @@ def test_the_table_counts_and_the_differences_name_each_failure():
     lines = run.differences(results)
     assert lines[0] == "- b x2: gloo pass, pyar fail" and "rank 0: Err" in lines[1]
     assert not any(line.startswith(("- a", "- c")) for line in lines)
+
+
+def test_a_job_past_its_deadline_names_where_each_thread_was():
+    dump = ("noise\nTimeout (0:00:03)!\nCurrent thread 0x1 (most recent call first):\n"
+            '  File "x.py", line 9 in wait\n  File "x.py", line 1 in <module>\n'
+            "Thread 0x2 (most recent call first):\n  File \"p.py\", line 5 in _loop\n")
+    why = run.ended(dump, 1, 3)
+    assert why.startswith("timed out after 3 s") and "line 9 in wait" in why and \
+        "line 5 in _loop" in why and "<module>" not in why
+    assert run.ended("a\nb\nboom", 137, 3) == "the job ended in it (exit 137):\na\nb\nboom"

@@ -34,7 +34,8 @@ RUN_TIMEOUT ?= timeout -k 10 900
 # plugin's: 1.4 s of CPU a process here), anew each time without it.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run test test-all lint-imports test-quick test-mpi test-matrix bench benchmarks bench-kernels gpu-check \
+.PHONY: run test test-all lint-imports test-quick test-mpi test-matrix test-torch bench benchmarks \
+        bench-kernels gpu-check \
         examples verify docs algorithms-doc clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
@@ -91,6 +92,15 @@ test-matrix: $(VENV)/.kernels
 # The MPI tests alone, at one rank count: make test-mpi NP=3
 test-mpi: $(VENV)/.kernels
 	$(TIMEOUT) $(MPIEXEC) -n $(NP) $(PY) -m pytest tests/mpi -q --capture=sys
+
+# torch's own distributed suite (DistributedTest._DistTestBase, the tests gloo, NCCL and MPI are
+# held to) on the pyar backend and on gloo, the control, under mpiexec at 2 and 3 ranks
+# (tests/torch_suite/run.py): a table of passed / failed / skipped for each, and every test
+# whose outcome differs, with the reason. TORCH_SUITE passes options: TORCH_SUITE='-k all_reduce'.
+TORCH_SUITE ?=
+test-torch: $(VENV)/.kernels
+	$(PY) tests/torch_suite/run.py --ranks 2,3 --json torch-suite.json --log torch-suite.log \
+	  $(TORCH_SUITE)
 
 bench: run
 

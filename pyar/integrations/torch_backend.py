@@ -13,7 +13,9 @@ The rank and world size are MPI's (``COMM_WORLD``); a ``rank`` or ``world_size``
 that disagrees is a ValueError on every rank. Under torch's default ``env://`` with
 ``MASTER_ADDR`` unset, rank 0 serves the TCP store on a port it picks and tells the others
 over MPI (groups of other backends made later share it); with torchrun's variables set,
-it is torch's own, and torch's ranks are checked against MPI's the same way. ``pyar://``
+it is torch's own, and torch's ranks are checked against MPI's the same way, except under
+torchrun with every worker an MPI job of one (``mpiexec -n 1``): there the workers join one
+world through torch's store (:func:`_join`) and the ranks are torch's. ``pyar://``
 needs no store, address or port: the group's store is a process-local ``HashStore``
 (nothing of pyar uses it; torch code that exchanges keys through the store across ranks
 does not work on it).
@@ -22,8 +24,9 @@ The process group, :class:`ProcessGroupPyar`, is a Python subclass of
 ``torch.distributed.ProcessGroup`` (torch takes one from a backend's creator as the group
 itself). Each collective runs on pyar's own collectives (:mod:`pyar.api`) on the group's
 :class:`pyar.Comm`; ``dist.new_group(ranks)`` makes a communicator of those ranks
-(``MPI_Comm_create_group``, collective over the members only). ``send``/``recv`` are MPI
-``Isend``/``Irecv`` on a duplicate of the group's communicator. Tensors are read and
+(``MPI_Comm_create_group``, collective over the members only), and each default group
+a duplicate of the world's. ``send``/``recv`` are MPI ``Isend``/``Irecv`` on a duplicate
+of the group's communicator (from any source: ``MPI_ANY_SOURCE``). Tensors are read and
 written in place through arrays sharing their memory (:func:`pyar.core.buffers.as_array`;
 CPU through ``Tensor.numpy()``, CUDA through DLPack, untested: no GPU here); bool through
 a uint8 view, SUM as logical or and PRODUCT as logical and (MIN, MAX as for uint8).
@@ -49,9 +52,10 @@ blocks and ``scatter`` a broadcast of the root's stacked blocks (each rank recei
 times a dedicated gather's or scatter's bytes); ``all_to_all_single`` with split sizes and
 list ``alltoall`` first allgather every rank's counts (a blocking call: also the check that
 the ranks' splits agree, a ValueError on every rank otherwise), then run one alltoall of
-blocks padded to the largest count; list ``allgather``, ``reduce_scatter`` and
-``allreduce_coalesced`` copy through one flat buffer. ``recv`` from any source and
-``PREMUL_SUM``/bitwise ops are not supported (a clear error). A group's MPI communicators
+blocks padded to the largest count; list ``allgather``, ``reduce_scatter``,
+``allreduce_coalesced`` and ``allgather_coalesced`` copy through one flat buffer; a sparse
+``all_reduce`` (SUM) allgathers the counts, then the indices and values padded to the
+largest, blocking. ``PREMUL_SUM`` and bitwise ops are not supported (a clear error). A group's MPI communicators
 (its own, pyar's duplicate, the send/recv duplicate) stay allocated when torch destroys the
 group: MPI frees a communicator only collectively, which torch's teardown does not promise.
 """
@@ -132,8 +136,10 @@ def _same(tensors, what):
 
 
 def _error(e: PyarError) -> dist.DistBackendError:
-    """pyar's failure as torch's distributed error type, with pyar's message."""
-    error = dist.DistBackendError(f"pyar: {type(e).__name__}: {e}")
+    """pyar's failure as torch's distributed error type, with pyar's message (a timeout's
+    says "Timed out", as torch's own backends' do)."""
+    kind = "Timed out (TimeoutError)" if isinstance(e, PyarTimeout) else type(e).__name__
+    error = dist.DistBackendError(f"pyar: {kind}: {e}")
     error.__cause__ = e
     return error
 
@@ -153,15 +159,21 @@ class _Writable:
 
 
 class _Pending:
-    """An MPI request (send, recv) in the shape of a :class:`pyar.Request`."""
+    """An MPI request (send, recv) in the shape of a :class:`pyar.Request`; ``source``: the
+    rank a completed receive came from."""
 
     def __init__(self, request, what):
         self.request, self.what, self.done = request, what, False
+        self.status = MPI.Status()
 
     def test(self) -> bool:
         if not self.done:
-            self.done = self.request.Test()
+            self.done = self.request.Test(self.status)
         return self.done
+
+    @property
+    def source(self) -> int:
+        return self.status.Get_source()
 
     def wait(self, timeout=None):
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -257,6 +269,13 @@ class PyarWork(dist.Work):
     def result(self):
         return self._outputs
 
+    def _source_rank(self) -> int:
+        """The group rank a completed receive from any source came from (torch's
+        ``dist.recv(t)`` and ``irecv(t)`` without ``src``)."""
+        if not isinstance(self._request, _Pending) or not self._finished:
+            raise ValueError("pyar backend: a source rank is a completed receive's")
+        return self._request.source
+
     def get_future(self) -> torch.futures.Future:
         """A future of the output tensors, completed as soon as the request completes."""
         with self._lock:
@@ -333,12 +352,44 @@ class ProcessGroupPyar(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         opts = opts or dist.AllreduceOptions()
         t = _one(tensors, "allreduce")
+        if t.is_sparse:
+            return self._sparse_allreduce(t, opts)
         op, target = _op(opts.reduceOp, t.dtype), _Writable(t)
         a = target.array
 
         def call(nb):
             return (api.iallreduce if nb else api.allreduce)(a, a, op=op, **self._kw())
         return self._run(opts, call, [t], target.back, blocking=api.reproduces(None, a, op))
+
+    def _sparse_allreduce(self, t, opts) -> PyarWork:
+        """The SUM of sparse COO tensors (as gloo's, the only op): every rank's indices and
+        values allgathered (blocking: the counts first, then blocks padded to the largest),
+        summed here and written into ``t`` (its coalesced form)."""
+        if opts.reduceOp != dist.ReduceOp.SUM:
+            raise ValueError("pyar backend: sparse tensors are reduced with SUM only")
+        s = t.coalesce()
+        idx, val = s.indices().contiguous(), s.values().contiguous()
+        try:
+            counts = api.allgather(np.array([idx.shape[1]], np.int64), **self._kw())
+            counts = [int(c) for c in counts.reshape(-1)]
+            width = max(counts)
+            pad_idx = torch.zeros((idx.shape[0], width), dtype=idx.dtype)
+            pad_val = torch.zeros((width, *val.shape[1:]), dtype=val.dtype)
+            pad_idx[:, :idx.shape[1]] = idx
+            pad_val[:val.shape[0]] = val
+            got_idx = torch.empty((self._size, *pad_idx.shape), dtype=idx.dtype)
+            got_val = torch.empty((self._size, *pad_val.shape), dtype=val.dtype)
+            if width:
+                api.allgather(_array(pad_idx), _array(got_idx), **self._kw())
+                api.allgather(_array(pad_val), _array(got_val), **self._kw())
+        except PyarError as e:
+            raise _error(e) from e
+        self.calls += 1
+        total = torch.sparse_coo_tensor(
+            torch.cat([got_idx[r, :, :c] for r, c in enumerate(counts)], dim=1),
+            torch.cat([got_val[r, :c] for r, c in enumerate(counts)]), t.shape)
+        t.copy_(total.coalesce())
+        return PyarWork(None, [t])
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()
@@ -375,6 +426,36 @@ class ProcessGroupPyar(dist.ProcessGroup):
         outs = _one(output_tensors, "allgather")
         self._check_list(outs, x, "allgather's output list")
         return self._gathered(opts, x, outs)
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        opts = opts or dist.AllgatherOptions()
+        n = self._size
+        if len(output_lists) != n or any(
+                len(outs) != len(input_tensors) or
+                any(o.shape != x.shape or o.dtype != x.dtype
+                    for o, x in zip(outs, input_tensors)) for outs in output_lists):
+            raise ValueError(f"pyar backend: all_gather_coalesced needs {n} output lists, "
+                             f"each of tensors of the inputs' shapes and dtypes")
+        outputs = [o for outs in output_lists for o in outs]
+        if not input_tensors:
+            return PyarWork(None, outputs)
+        _same(input_tensors, "all_gather_coalesced")
+        flat = torch.cat([t.reshape(-1) for t in input_tensors])
+        if not flat.numel():
+            return PyarWork(None, outputs)
+        gathered = torch.empty((n, flat.numel()), dtype=flat.dtype, device=flat.device)
+        a, out = _array(flat), _array(gathered)
+
+        def then():
+            for r, outs in enumerate(output_lists):
+                at = 0
+                for o in outs:
+                    o.copy_(gathered[r, at:at + o.numel()].view(o.shape))
+                    at += o.numel()
+
+        def call(nb):
+            return (api.iallgather if nb else api.allgather)(a, out, **self._kw())
+        return self._run(opts, call, outputs, then)
 
     def _gathered(self, opts, x, outs):
         """Every rank's ``x`` allgathered into one flat tensor, then copied into ``outs`` (the
@@ -606,7 +687,12 @@ class ProcessGroupPyar(dist.ProcessGroup):
                         self.timeout)
 
     def recv_anysource(self, tensors, tag=0):
-        raise ValueError("pyar backend: recv from any source is not supported; name src")
+        t = _one(tensors, "recv")
+        target = _Writable(t)
+        request = self.p2p.Irecv([target.array.view(np.uint8).reshape(-1), MPI.BYTE],
+                                 MPI.ANY_SOURCE, tag)
+        return PyarWork(_Pending(request, "recv from any source"), [t], target.back,
+                        self.timeout)
 
 
 def _seconds(timeout) -> float | None:
@@ -621,13 +707,75 @@ def _agree(comm: MPI.Comm, problem: str | None) -> None:
         raise ValueError("; ".join(f"rank {r}: {p}" for r, p in found))
 
 
-def _create(options, _backend_options=None) -> ProcessGroupPyar:
-    """The backend's creator (``extended_api``): the default group on COMM_WORLD, or a
-    new group's communicator of its global ranks (collective over them only)."""
+_joined: list = []          # the world torchrun's workers joined (one at most)
+# What an MPI launcher sets in the environment of its processes (MPICH's hydra, PMIx, Open MPI)
+_LAUNCHED = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE")
+
+
+def _world(options) -> MPI.Comm:
+    """The communicator whose ranks are torch's global ranks: COMM_WORLD; or, where this
+    process is an MPI job of one and torch's world is larger (torchrun's workers, each
+    started as ``mpiexec -n 1``), the world the workers join through torch's store
+    (:func:`_join`, once per process). A worker that no MPI launcher started (an MPI
+    singleton: MPICH's cannot connect to each other) is a ValueError naming the fix."""
+    if _joined:
+        return _joined[0]
     world = MPI.COMM_WORLD
+    if world.Get_size() > 1 or options.group_size == 1 or options.global_ranks_in_group:
+        return world
+    if not any(v in os.environ for v in _LAUNCHED):
+        raise ValueError(f"pyar backend: torch has {options.group_size} ranks but this "
+                         f"process is an MPI singleton (no mpiexec started it); start each "
+                         f"worker as an MPI job of its own (torchrun --no-python ... mpiexec "
+                         f"-n 1 python train.py), or every rank under one mpiexec")
+    _joined.append(_join(options.store, options.group_rank, options.group_size))
+    return _joined[0]
+
+
+def _join(store, rank: int, size: int) -> MPI.Comm:
+    """The communicator of ``size`` processes, each an MPI job of one, in the order of
+    their ``rank`` (torch's): rank 0 opens an MPI port and puts its name in ``store``; rank
+    ``r``, once rank ``r - 1`` has joined, says so in the store and connects, and the ranks
+    joined so far accept it together (``MPI_Comm_accept``/``connect``, then
+    ``MPI_Intercomm_merge``). Each wait on the store is bounded by its timeout; a connect
+    follows the store's word that the peer is connecting."""
+    key, comm = "pyar-join", MPI.COMM_SELF
+    port = MPI.Open_port() if rank == 0 else None
+    if rank == 0:
+        store.set(f"{key}/port", port)
+    else:
+        if rank > 1:
+            store.wait([f"{key}/joined/{rank - 1}"])
+        port = store.get(f"{key}/port").decode()
+        store.set(f"{key}/connecting/{rank}", "1")
+        inter = comm.Connect(port)
+        comm = inter.Merge(high=True)
+        inter.Free()
+        store.set(f"{key}/joined/{rank}", "1")
+    for r in range(rank + 1, size):
+        store.wait([f"{key}/connecting/{r}"])
+        inter = comm.Accept(port if rank == 0 else "", root=0)
+        merged = inter.Merge(high=False)
+        inter.Free()
+        if comm is not MPI.COMM_SELF:
+            comm.Free()
+        comm = merged
+    if rank == 0:
+        MPI.Close_port(port)
+    world = comm.Split(0, rank)
+    if comm is not MPI.COMM_SELF:
+        comm.Free()
+    return world
+
+
+def _create(options, _backend_options=None) -> ProcessGroupPyar:
+    """The backend's creator (``extended_api``): the default group on a duplicate of the
+    world (:func:`_world`), or a new group's communicator of its global ranks (collective
+    over them only)."""
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:    # (the helper thread calls MPI too)
         raise ValueError("the pyar backend needs MPI_THREAD_MULTIPLE; this MPI was "
                          "initialized with less (mpi4py.rc.thread_level)")
+    world = _world(options)
     ranks = list(options.global_ranks_in_group)
     if ranks:
         whole = world.Get_group()
@@ -636,7 +784,7 @@ def _create(options, _backend_options=None) -> ProcessGroupPyar:
         members.Free()
         whole.Free()
     else:
-        mpi = world
+        mpi = world.Dup()       # (a group of its own: a failed group's state stays its own)
     problem = None
     if (options.group_rank, options.group_size) != (mpi.Get_rank(), mpi.Get_size()):
         problem = (f"torch gave rank {options.group_rank} of {options.group_size}, MPI has "

@@ -196,6 +196,26 @@ def test_the_bare_init_takes_mpis_ranks_and_a_store_gloo_groups_share(comm, monk
         dist.destroy_process_group()
 
 
+def test_a_default_group_made_again_after_a_failed_one_works(comm):
+    """A default group whose barrier timed out (rank 0 alone in it), destroyed, then made
+    again on the same ranks: the new group is a communicator of its own, usable."""
+    dist.init_process_group("pyar", init_method="pyar://", timeout=timedelta(seconds=1))
+    try:
+        if comm.rank == 0:
+            with pytest.raises(dist.DistBackendError, match="Timed out \\(TimeoutError\\)"):
+                dist.barrier()
+        comm.Barrier()
+    finally:
+        dist.destroy_process_group()
+    dist.init_process_group("pyar", init_method="pyar://", timeout=timedelta(seconds=SECONDS))
+    try:
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        agree(comm, torch.equal(t, torch.full((3,), float(comm.size))))
+    finally:
+        dist.destroy_process_group()
+
+
 # -- the collectives against gloo -----------------------------------------------------------
 
 def check_reduction(comm, what, ours, theirs):
@@ -233,6 +253,23 @@ def test_all_reduce_of_a_non_contiguous_tensor_and_its_future(comm, groups):
                                                           (torch.arange(20.).reshape(4, 5)
                                                            + comm.rank)[:, 0::2]))
     agree(comm, isinstance(value, list) and value[0] is view)
+
+
+def test_all_reduce_of_sparse_tensors(comm, groups):
+    """Sparse COO tensors (a different pattern and count on each rank, one rank's empty)
+    summed in place as gloo sums them."""
+    gloo, pg = groups
+    n, me = comm.size, comm.rank
+
+    def mine():
+        rows = list(range(me, 6, n)) if me else []
+        return torch.sparse_coo_tensor([rows], torch.ones(len(rows), 2) * (me + 1), (6, 2))
+    ours, theirs = mine(), mine()
+    dist.all_reduce(ours, group=pg)
+    dist.all_reduce(theirs, group=gloo)
+    agree(comm, ours.is_sparse and torch.equal(ours.to_dense(), theirs.to_dense()))
+    with pytest.raises(ValueError, match="SUM only"):
+        dist.all_reduce(mine(), op=dist.ReduceOp.MAX, group=pg)
 
 
 def test_all_reduce_coalesced(comm, groups):
@@ -399,6 +436,45 @@ def test_barrier_and_point_to_point(comm, groups):
         for w in works:
             w.wait()
         agree(comm, torch.equal(got, data(dtype, (6,), fro)), f"isend/irecv {dtype}")
+
+
+def test_recv_from_any_source(comm, groups):
+    """``dist.recv(t)`` and ``irecv(t)`` without ``src``: rank 0 receives each other rank's
+    tensor and learns who sent it (the returned rank, ``work._source_rank()``)."""
+    _, pg = groups
+    senders = []
+    if comm.rank == 0:
+        for i in range(1, comm.size):
+            got = torch.empty(4)
+            if i % 2:
+                sender = dist.recv(got, group=pg)
+            else:
+                w = dist.irecv(got, group=pg)
+                w.wait()
+                sender = w._source_rank()
+            senders.append((sender, torch.equal(got, torch.full((4,), float(sender)))))
+    else:
+        dist.send(torch.full((4,), float(comm.rank)), 0, group=pg)
+    agree(comm, comm.rank != 0 or (sorted(s for s, _ in senders) == list(range(1, comm.size))
+                                  and all(ok for _, ok in senders)), str(senders))
+
+
+def test_all_gather_coalesced(comm, groups):
+    """Tensors of several shapes (one empty) gathered at once, as gloo gathers them."""
+    gloo, pg = groups
+    n, me = comm.size, comm.rank
+    shapes = [(2, 3), (0,), (5,)]
+    inputs = [torch.full(s, float(me + 10 * i)) for i, s in enumerate(shapes)]
+
+    def outputs():
+        return [[torch.empty(s) for s in shapes] for _ in range(n)]
+    ours, theirs = outputs(), outputs()
+    dist.all_gather_coalesced(ours, inputs, group=pg)
+    dist.all_gather_coalesced(theirs, inputs, group=gloo)
+    agree(comm, all(torch.equal(a, b) for xs, ys in zip(ours, theirs) for a, b in zip(xs, ys)))
+    w = dist.all_gather_coalesced(ours := outputs(), inputs, group=pg, async_op=True)
+    w.wait()
+    agree(comm, all(torch.equal(a, b) for xs, ys in zip(ours, theirs) for a, b in zip(xs, ys)))
 
 
 def test_uneven_all_to_all_single(comm, groups):

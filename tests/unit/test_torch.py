@@ -1,6 +1,12 @@
 """pyar.torch on one rank: tensors in and out of the collectives without copies, bfloat16,
 nonblocking results, GradientBuckets over tensors, pyar.torch on import pyar; and the DDP
-example on the pyar backend at 4 ranks. Skipped without torch (the extra)."""
+example on the pyar backend at 4 ranks; torchrun's workers, each an MPI job of one, joined
+into one world. Skipped without torch (the extra)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -8,7 +14,9 @@ torch = pytest.importorskip("torch")
 
 import pyar  # noqa: E402
 import pyar.integrations.torch as pt
-from launch import explain, run  # noqa: E402
+from launch import ROOT, explain, run  # noqa: E402
+
+from pyar.runtime import launch  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16,
@@ -116,6 +124,32 @@ def test_ddp_example_at_4_ranks_trains_as_gloo_does():
     proc = run(4, "tests/helpers/stacks_on_term.py", "examples/ddp_torch.py", timeout=400)
     assert proc.returncode == 0, explain(proc)
     assert "check: losses on pyar equal gloo's" in proc.stdout, explain(proc)
+
+
+@pytest.mark.mpiexec
+def test_torchrun_workers_each_an_mpi_job_join_one_world_and_singletons_are_refused():
+    """Under torchrun, every worker started as ``mpiexec -n 1`` (MPICH): the backend joins
+    them into one world through torch's store, on which collectives, a subgroup, send/recv
+    and DDP run (tests/helpers/torchrun_check.py). Workers that are MPI singletons (plain
+    ``torchrun script``) are refused with the fix named, on every rank, without a hang."""
+    mpiexec = launch.find_mpiexec()
+    if launch.launcher_family(mpiexec) != "mpich":
+        pytest.skip("joining MPI jobs of one through a port is checked on MPICH")
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    check = "tests/helpers/torchrun_check.py"
+    joined = subprocess.run(
+        ["timeout", "-k", "10", "200", torchrun, "--standalone", "--nproc-per-node", "3",
+         "--no-python", mpiexec, "-n", "1", sys.executable, check],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=230)
+    assert joined.returncode == 0, joined.stdout + joined.stderr[-4000:]
+    for r in range(3):
+        assert f"torchrun check: rank {r} of 3 ok" in joined.stdout, joined.stdout
+    alone = subprocess.run(
+        ["timeout", "-k", "10", "200", torchrun, "--standalone", "--nproc-per-node", "2",
+         check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=230)
+    assert alone.returncode != 0 and "MPI singleton" in alone.stderr and \
+        "mpiexec -n 1" in alone.stderr, alone.stderr[-4000:]
 
 
 EXIT_DURING_CALLBACK = """

@@ -227,8 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=d.TIME_LIMIT,
                    help=f"seconds for the whole run, shrinking included; what it does not "
                    f"reach is reported, and the exit status is 1 (default {d.TIME_LIMIT:g})")
-    p.add_argument("--mpiexec", default=None, help="the site's mpiexec command line "
-                   "(default $MPIEXEC, else the embedded one)")
+    p.add_argument("--mpiexec", default=None, help="the site's mpiexec command line, used as "
+                   "it is, e.g. 'srun -p debug' (default $MPIEXEC, else the embedded one, with "
+                   "what its MPI needs on one machine, as make's: pyar/runtime/launch.py)")
     _load_option(p)
     p.add_argument("--json", metavar="FILE", help="write every case's verdict")
     p.add_argument("--repro-dir", metavar="DIR", help="write the reproducers there "

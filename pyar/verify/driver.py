@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ..algorithms import LIBRARY, algorithms
-from ..runtime.launch import find_mpiexec
+from ..runtime.launch import find_mpiexec, launch_settings
 from . import cases as C, judge
 
 RANKS = "1-4"           # the defaults: on 2 cores about 15 s for a target in Python or MPI,
@@ -34,22 +34,30 @@ CASE_TIMEOUT = 60.0     # seconds a case may take before it counts as a hang
 TIME_LIMIT = 1800.0     # seconds for the whole run
 
 
-def default_mpiexec() -> list[str]:
-    """:func:`pyar.launch.find_mpiexec`'s command, split; ValueError if there is none."""
+def default_mpiexec() -> tuple[list[str], dict]:
+    """(the command, the environment variables to add) that start this machine's jobs:
+    :func:`pyar.runtime.launch.find_mpiexec`'s mpiexec with what its MPI library needs here
+    (:func:`pyar.runtime.launch.launch_settings`: Open MPI's ``--oversubscribe``, its
+    run-as-root variables and shared-memory transports), as ``make`` starts its jobs;
+    ValueError if there is none."""
     try:
-        return shlex.split(find_mpiexec())
+        words = shlex.split(find_mpiexec())
     except RuntimeError as e:
         raise ValueError(f"{e}, or give --mpiexec") from None
+    extra, env = launch_settings(words[0])
+    return [words[0], *extra, *words[1:]], env
 
 
 class Job:
     """One MPI job of ``size`` ranks serving cases; restarted after a hang or a crash.
 
     Starting it (mpiexec, imports, MPI_Init on every rank) may take up to
-    ``start_timeout`` seconds, counted apart from any case's timeout."""
+    ``start_timeout`` seconds, counted apart from any case's timeout. ``env``: variables
+    added to this process's environment for the job."""
 
-    def __init__(self, size, mpiexec, load=(), start_timeout=120.0):
+    def __init__(self, size, mpiexec, load=(), start_timeout=120.0, env=None):
         self.size, self.mpiexec, self.load = size, list(mpiexec), list(load)
+        self.env = dict(env or {})
         self.start_timeout = start_timeout
         self.proc = None
         self.next_id = 0
@@ -69,7 +77,8 @@ class Job:
                                           delete=False)
         self.stderr_path = err.name
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=err, text=True, bufsize=1, start_new_session=True)
+                                     stderr=err, text=True, bufsize=1, start_new_session=True,
+                                     env={**os.environ, **self.env})
         err.close()
         self._buffer = ""
         began = time.monotonic()
@@ -194,12 +203,12 @@ def _cut(since) -> dict:
 class Jobs:
     """A job per rank count, started on first use."""
 
-    def __init__(self, mpiexec, load=()):
-        self.mpiexec, self.load, self.jobs = mpiexec, load, {}
+    def __init__(self, mpiexec, load=(), env=None):
+        self.mpiexec, self.load, self.env, self.jobs = mpiexec, load, env, {}
 
     def __getitem__(self, size) -> Job:
         if size not in self.jobs:
-            self.jobs[size] = Job(size, self.mpiexec, self.load)
+            self.jobs[size] = Job(size, self.mpiexec, self.load, env=self.env)
         return self.jobs[size]
 
     def stop(self, size):
@@ -250,8 +259,10 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
     strings, a callable of an importable module, or a list of them) over ``ranks``; returns
     a :class:`Report` (true when every case ran and passed).
 
-    Every case runs in MPI jobs this function starts (``mpiexec``: a command line; default
-    the embedded one), one rank count at a time; usable from a plain pytest (``assert
+    Every case runs in MPI jobs this function starts, one rank count at a time: by
+    ``mpiexec``, a command line used as it is (a cluster's launcher), else by
+    :func:`default_mpiexec` (``$MPIEXEC`` or the embedded mpiexec, with what its library
+    needs on this machine: as root, more ranks than cores); usable from a plain pytest (``assert
     check("mod:fn", ranks=[2, 3])``). A hang (no answer within ``case_timeout`` seconds)
     is the verdict of its target at that rank count: no further case runs there, so a
     deadlock costs one ``case_timeout`` (and a job start) per rank count. ``nan``: the rule
@@ -272,10 +283,12 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
     for name, value in (("--case-timeout", case_timeout), ("--time-limit", time_limit)):
         if not value > 0:
             raise ValueError(f"{name} must be > 0 seconds, got {value}")
-    mpiexec = shlex.split(mpiexec) if isinstance(mpiexec, str) else \
-        (list(mpiexec) if mpiexec else default_mpiexec())
+    if mpiexec:
+        mpiexec, env = (shlex.split(mpiexec) if isinstance(mpiexec, str) else list(mpiexec)), {}
+    else:
+        mpiexec, env = default_mpiexec()
     load = [os.path.abspath(s) if s.endswith((".py", ".xml")) else s for s in load or ()]
-    jobs = Jobs(mpiexec, load)
+    jobs = Jobs(mpiexec, load, env)
     report = Report(targets, list(sizes), profile, load, nan, time_limit, collective)
     started = time.monotonic()
     until = started + time_limit

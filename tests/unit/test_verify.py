@@ -373,3 +373,47 @@ def test_shrinking_keeps_the_kind_of_problem():
     failure = {"target": "t", "ranks": 4, "case": case, "problems": ["[0] got 1 from (0, 0)"]}
     small = driver.smallest(RaisingBelow(), failure, 60, 40, confirm=False)
     assert small["ranks"] == 4 and small["case"]["count"] == 4, small
+
+
+def _fake_openmpi(tmp_path):
+    """An mpiexec that says it is Open MPI's (a stand-in: nothing runs)."""
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\necho 'mpiexec (Open MPI) 5.0.11'\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_jobs_start_with_what_the_mpi_library_needs_unless_mpiexec_is_given(tmp_path,
+                                                                         monkeypatch):
+    import os
+
+    fake = _fake_openmpi(tmp_path)
+    monkeypatch.setenv("MPIEXEC", fake)
+    monkeypatch.delenv("OMPI_MCA_btl", raising=False)
+    command, env = driver.default_mpiexec()
+    assert command == [fake, "--oversubscribe"]
+    assert env["OMPI_MCA_btl"] == "self,sm"
+    assert (env.get("OMPI_ALLOW_RUN_AS_ROOT") == "1") == (os.geteuid() == 0)
+    monkeypatch.setenv("MPIEXEC", f"{fake} --bind-to none")     # its own arguments kept
+    assert driver.default_mpiexec()[0] == [fake, "--oversubscribe", "--bind-to", "none"]
+    seen = {}
+
+    class Jobs:
+        def __init__(self, mpiexec, load, env):
+            seen.update(mpiexec=mpiexec, env=env)
+
+        def __getitem__(self, size):
+            return FakeJob(size)
+
+        def stop(self, size):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(driver, "Jobs", Jobs)
+    driver.check("t", ranks=[1], profile="smoke", dims=["modes"], shrink=False)
+    assert seen == {"mpiexec": [fake, "--oversubscribe", "--bind-to", "none"], "env": env}
+    driver.check("t", ranks=[1], profile="smoke", dims=["modes"], shrink=False,
+                 mpiexec="srun -p debug")
+    assert seen == {"mpiexec": ["srun", "-p", "debug"], "env": {}}

@@ -177,3 +177,31 @@ def test_the_command_says_what_it_expected(capsys):
                            "--ranks", "1", "--profile", "smoke", "--dims", "modes",
                            "--no-shrink"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "no module named 'nosuchmodule'" in proc.stdout
+
+
+def test_a_run_as_root_with_more_ranks_than_cores_starts_through_the_projects_launcher(
+        tmp_path, monkeypatch):
+    """The default mpiexec gets what its library needs: here a stand-in Open MPI mpiexec
+    that refuses, as Open MPI does, more ranks than cores without --oversubscribe and root
+    without its two variables, and otherwise runs the job through pyar/runtime/launch.py."""
+    import os
+
+    launcher = Path(__file__).parents[2] / "pyar" / "runtime" / "launch.py"
+    fake = tmp_path / "mpiexec"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "[ \"$1\" = --version ] && { echo 'mpiexec (Open MPI) 5.0.11'; exit 0; }\n"
+        "[ \"$1\" = --oversubscribe ] || { echo 'not enough slots available' >&2; exit 1; }\n"
+        "[ \"$(id -u)\" != 0 ] || [ \"$OMPI_ALLOW_RUN_AS_ROOT$OMPI_ALLOW_RUN_AS_ROOT_CONFIRM\" "
+        "= 11 ] || { echo 'prterun has detected an attempt to run as root' >&2; exit 1; }\n"
+        f"shift; MPIEXEC= exec {sys.executable} {launcher} \"$@\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("MPIEXEC", str(fake))
+    ranks = len(os.sched_getaffinity(0)) + 1
+    report = check(f"{HERE / 'correct.py'}:ring", ranks=[ranks], profile="smoke",
+                   dims=["modes"], case_timeout=30)
+    assert report, report.text()
+    refused = check(f"{HERE / 'correct.py'}:ring", ranks=[ranks], profile="smoke",
+                    dims=["modes"], mpiexec=str(fake), shrink=False)     # as given: refused
+    assert {r["verdict"] for r in refused.results} == {"crash"}, refused.text()
+    assert "not enough slots" in refused.text()

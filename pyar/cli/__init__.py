@@ -220,7 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="float max/min: propagate (default, pyar's rule, stricter than MPI's): "
                    "NaN anywhere gives NaN and every rank the same bits; mpi (MPI_MAX/MPI_MIN, "
                    "undefined for NaN): where a NaN meets numbers, NaN or any of them, and "
-                   "ranks may differ there and in the sign of a zero")
+                   "ranks may differ there and in the sign of a zero; and under mpi ranks may "
+                   "differ in a NaN's payload (MPI defines none), under propagate not")
+    p.add_argument("--int-overflow", default="wrap", choices=["wrap", "any"],
+                   help="integer sum/prod that overflows: wrap (default, pyar's rule; C's for "
+                   "unsigned types): modular for every integer type; any (C's): signed overflow "
+                   "is undefined, so any result passes where a signed sum or prod overflows in "
+                   "some order, while unsigned ones must wrap")
     p.add_argument("--case-timeout", type=float, default=d.CASE_TIMEOUT,
                    help=f"seconds a case may take before it counts as a hang "
                    f"(default {d.CASE_TIMEOUT:g})")

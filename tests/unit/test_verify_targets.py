@@ -205,3 +205,65 @@ def test_a_run_as_root_with_more_ranks_than_cores_starts_through_the_projects_la
                     dims=["modes"], mpiexec=str(fake), shrink=False)     # as given: refused
     assert {r["verdict"] for r in refused.results} == {"crash"}, refused.text()
     assert "not enough slots" in refused.text()
+
+
+LIBRARIES = HERE / "libraries.py"
+
+
+def test_saturating_sums_are_reported_as_saturation_and_uint8s_as_a_deviation_from_c():
+    """Open MPI's vector path, emulated: int8 and uint8 sums saturate. Under --int-overflow
+    wrap both fail as saturation; under any, int8 passes (C leaves signed overflow undefined)
+    and uint8 fails as a deviation from C; nothing else fails."""
+    for rule, failing in (("wrap", {"int8", "uint8"}), ("any", {"uint8"})):
+        report = check(f"{LIBRARIES}:saturating", ranks=[2], profile="quick", dims=["dtypes"],
+                       shrink=False, int_overflow=rule)
+        failed = {r["case"]["dtype"]: " ".join(r["problems"]) for r in report.failures}
+        assert set(failed) == failing, report.text()
+        assert all(r["case"]["op"] == "sum" for r in report.failures)
+        assert "saturate" in failed["uint8"] and "a deviation from C" in failed["uint8"]
+        if rule == "wrap":
+            assert "saturate" in failed["int8"] and "--int-overflow any accepts" in failed["int8"]
+        assert f"--int-overflow {rule}" in report.text()
+
+
+def test_a_nan_payload_disagreement_fails_under_pyars_rule_and_passes_under_mpis():
+    """MPICH's recursive doubling, emulated: ranks' NaNs differ in payload only."""
+    strict = check(f"{LIBRARIES}:nan_payload", ranks=[3], profile="smoke", dims=["values"],
+                   shrink=False)
+    assert strict.failures and all(r["case"]["values"] == "special" for r in strict.failures)
+    for r in strict.failures:
+        text = " ".join(r["problems"])
+        assert "differ bitwise" in text and "(NaN payload only)" in text, text
+        assert "rank 1 0x" in text and "--nan mpi accepts this" in text, text
+    loose = check(f"{LIBRARIES}:nan_payload", ranks=[3], profile="smoke", dims=["values"],
+                  shrink=False, nan="mpi")
+    assert loose, loose.text()
+
+
+def _run_standalone(script, ranks, tmp_path, name):
+    """Run a standalone reproducer with pyar made unimportable: (exit status, output)."""
+    path = tmp_path / name
+    path.write_text(script)
+    mpiexec = Path(sys.executable).with_name("mpiexec")
+    no_pyar = f"import sys; sys.modules['pyar'] = None; sys.argv = [{str(path)!r}]; " \
+              f"exec(compile(open({str(path)!r}).read(), {str(path)!r}, 'exec'))"
+    proc = subprocess.run(["timeout", "-k", "5", "60", str(mpiexec), "-n", str(ranks),
+                           sys.executable, "-c", no_pyar], capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", list(BUGS))
+def test_each_shrunk_case_is_a_standalone_script_that_fails_without_pyar_and_passes_the_ring(
+        broken, name, tmp_path):
+    from pyar.verify import standalone
+
+    report, _ = broken
+    (first, *_) = [r["smallest"] for r in _of(report, name) if r.get("smallest")]
+    assert "pyar" not in "".join(line for line in first["standalone"].splitlines()
+                                 if line.startswith(("import", "from")))
+    rc, out = _run_standalone(first["standalone"], first["ranks"], tmp_path, "bug.py")
+    assert rc == 1 and "rank " in out, out
+    ring = standalone.script(f"{HERE / 'correct.py'}:ring", first["ranks"], first["case"])
+    rc, out = _run_standalone(ring, first["ranks"], tmp_path, "ring.py")
+    assert rc == 0, out

@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=d.PROFILE, choices=["full", "quick", "smoke"],
                    help=f"how many cases per dimension: full, quick, smoke (default {d.PROFILE})")
     p.add_argument("--dims", default=None, help="comma list of dimensions (default all: "
-                   "counts,dtypes,layouts,modes,repeat,interleave,values)")
+                   "counts,dtypes,layouts,modes,repeat,interleave,races,values)")
     p.add_argument("--skip", default=None, help="comma list of dimensions to leave out")
     p.add_argument("--nan", default="propagate", choices=["propagate", "mpi"],
                    help="float max/min: propagate (default, pyar's rule, stricter than MPI's): "

@@ -6,8 +6,9 @@ bug tracker as it is.
 result and its tolerance per element (:func:`pyar.verify.judge.expectation`), the target's
 call (the MPI library's own collective written out in mpi4py; a user's ``module:function``
 imported; ``pyar:ALGO`` imports pyar, being pyar's), the case's layout, ``out`` mode, calls
-in a row and the user's own messages, and a check that prints each rank's mismatches and
-exits 1 while the target fails, 0 once it passes. Every wait in it is bounded.
+in a row, the user's own messages, a race case's late ranks and reused x, and a check that
+prints each rank's mismatches and exits 1 while the target fails, 0 once it passes. Every
+wait of its own is bounded (the target's are the ``timeout`` of its first line's).
 
 What the check holds a result to: each element within its tolerance of the expected
 value (NaN matching NaN; exact for integers, max and min; the error bound of any order for
@@ -244,7 +245,7 @@ def _run_code(case, collective: str, nan: str) -> str:
     if case["interleave"]:
         code += ["TAGS = (0, 1, 7, 99)     # the caller's own messages: same communicator, tags",
                  "right, left = (rank + 1) % size, (rank - 1) % size"]
-    code += ["out_buffer = None", "for call, inputs in enumerate(INPUTS):",
+    code += ["out_buffer = None", "returned = []", "for call, inputs in enumerate(INPUTS):",
              "    x, base = arrange(inputs[rank])", "    pristine = base.copy()",
              f"    mine = {piece}"]
     if case["mode"] == "out":
@@ -253,7 +254,12 @@ def _run_code(case, collective: str, nan: str) -> str:
     if case["interleave"]:
         code += ["    mail = [np.array([tag, rank, 424242, call], np.int64) for tag in TAGS]",
                  "    sends = [comm.Isend(m, dest=right, tag=tag) for m, tag in zip(mail, TAGS)]"]
+    race = case.get("race", False)
+    if race:
+        code += [f"    time.sleep({C.LATE} * ((rank + call) % size))   # ranks late by turns"]
     code += [f"    result = target(x, comm{op}, out={mode})"]
+    if race:
+        code += [f"    base.view(np.uint8).reshape(-1)[...] = {C.POISON:#x}   # x reused at once"]
     if case["interleave"]:
         code += ["    boxes = [np.zeros(4, np.int64) for _ in TAGS]",
                  "    recvs = [comm.Irecv(b, source=left, tag=tag)",
@@ -271,7 +277,8 @@ def _run_code(case, collective: str, nan: str) -> str:
                  "                f\"{box.tolist()}\")"]
     origin = "" if collective == "allgather" else \
         " + \", from \" + \", \".join(show(v[i]) for v in inputs)"
-    code += ["    flat = np.ascontiguousarray(result).reshape(-1)",
+    code += ["    flat = np.array(result, copy=True).reshape(-1)"
+             + ("", "\n    returned.append((call, flat, result))")[race],
              "    want, tolerance = EXPECTED[call][mine], TOLERANCE[call][mine]",
              "    if flat.shape != want.shape:",
              "        say(f\"call {call}: {flat.size} elements, expected {want.size}\")",
@@ -280,7 +287,7 @@ def _run_code(case, collective: str, nan: str) -> str:
              "        say(f\"call {call}: [{i}] got {show(flat[i])}, expected {show(want[i])}\""
              + (" + (f\" within {tolerance[i]:g}\" if tolerance[i] else \"\")"
                 if case["dtype"] in C.FLOATS else "") + origin + ")"]
-    if case["mode"] != "inplace":
+    if case["mode"] != "inplace" and not race:
         code += ["    if pristine.tobytes() != base.tobytes():",
                  "        say(f\"call {call}: x was modified (not in place)\")"]
     if case["mode"] == "out":
@@ -304,5 +311,12 @@ def _run_code(case, collective: str, nan: str) -> str:
                  "\", \".join(",
                  "                f\"rank {r} 0x{int(b):0{2 * flat.dtype.itemsize}x}\" "
                  "for r, b in enumerate(everyone[:, i])))"]
-    code += ["", "sys.exit(1 if any(comm.allgather(bool(failed))) else 0)"]
+    code += [""]
+    if race:
+        code += ["comm.Barrier()              # every rank has returned: has a result changed?",
+                 "for call, flat, result in returned" + ("[-1:]" if case["mode"] == "out"
+                                                         else "") + ":",
+                 "    if flat.tobytes() != np.ascontiguousarray(result).tobytes():",
+                 "        say(f\"call {call}: the result changed after the call returned\")"]
+    code += ["sys.exit(1 if any(comm.allgather(bool(failed))) else 0)"]
     return "\n".join(code)

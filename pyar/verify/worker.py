@@ -131,6 +131,7 @@ class Runner:
         self.world = world or MPI.COMM_WORLD
         self.verdicts = self.world.Dup()        # ours alone
         self.targets = {}
+        self._returned = []     # a race case's results: (where, bits on return, the array)
 
     def target(self, spec, collective):
         if (spec, collective) not in self.targets:
@@ -149,7 +150,7 @@ class Runner:
             return {"verdict": "error", "problems": [f"target {spec}: {_one_line(e)}"],
                     "seconds": 0}
         comm = self.world.Dup()
-        results = []
+        results, self._returned = [], []
         try:
             local, results, skipped = self._calls(spec, case, comm, nan, int_overflow)
         except Exception as e:          # the verifier's own trouble, e.g. a bad target
@@ -158,6 +159,11 @@ class Runner:
                    for r in results]
         everyone = self._allgather({"problems": local, "digests": digests, "skipped": skipped})
         problems = [p for r in everyone for p in r["problems"]]
+        if case.get("race"):            # every rank has returned: did a result change since?
+            changed = [f"{where}: the result changed after the call returned (a receive into "
+                       f"it still in flight?)" for where, flat, result in self._returned
+                       if not _same_bits(flat, np.ascontiguousarray(result).reshape(-1))]
+            problems += [p for r in self._allgather(changed) for p in r]
         problems += self._disagreements(case, everyone, results, nan)
         skip = any(r["skipped"] for r in everyone) and not problems
         verdict = "skip" if skip else ("fail" if problems else "pass")
@@ -248,6 +254,9 @@ class Runner:
                     out_buffer = np.full(shape, 3, x.dtype)
                 out = out_buffer
             pending = _user_sends(comm, call) if case["interleave"] else None
+            race = case.get("race", False)
+            if race:                            # ranks late by different steps each call
+                time.sleep(C.LATE * ((rank + call) % size))
             try:
                 result = target(x, comm, out=out, **args)
             except NotImplementedError:
@@ -256,6 +265,8 @@ class Runner:
                 return [], [], True
             except Exception as e:
                 return [f"rank {rank} call {call}: raised {_one_line(e)}"], [], False
+            if race:                            # the caller reuses x at once
+                base.view(np.uint8).reshape(-1)[...] = C.POISON
             if pending:
                 problems += _finish_user(comm, pending, call)
             where = f"rank {rank} call {call}"
@@ -271,9 +282,14 @@ class Runner:
                 problems.append(f"{where}: in place (out=x), but x does not hold the result")
             if case["mode"] == "out" and not _same_bits(out, result):
                 problems.append(f"{where}: out= given, but out does not hold the result")
-            if case["mode"] != "inplace" and not _same_bits(base, pristine):
+            if case["mode"] != "inplace" and not race and not _same_bits(base, pristine):
                 problems.append(f"{where}: x was modified (not in place)")
-            flat = np.ascontiguousarray(result).reshape(-1)
+            flat = np.array(result, copy=True).reshape(-1) if race else \
+                np.ascontiguousarray(result).reshape(-1)        # (race: as it was on return)
+            if race:                            # (out= is the next call's to overwrite)
+                if case["mode"] == "out":
+                    self._returned.clear()
+                self._returned.append((where, flat, result))
             inputs = [C.contribution(case, r, call) for r in range(size)] \
                 if rank == 0 or loose or not shared_result else None
             if collective == "allgather":

@@ -540,3 +540,13 @@ def test_a_standalone_reproducer_carries_its_data_and_imports_no_pyar():
     expected, tolerance = judge.expectation([np.array([100, 1], np.int8)] * 2, "sum", "int8",
                                             int_overflow="any")
     assert expected.tolist() == [-56, 2] and tolerance.tolist() == [np.inf, 0]
+
+
+@pytest.mark.parametrize("profile", C.PROFILES)
+def test_the_race_cases_are_large_repeated_and_never_in_place(profile):
+    races = [c for c in C.sweep(3, profile) if c["dim"] == "races"]
+    assert races and all(c["race"] and c["calls"] == 3 for c in races)
+    assert all(c["count"] * C.dtype_of(c).itemsize > C.THRESHOLDS[0] for c in races)
+    assert max(c["count"] * 4 for c in races) > (256 << 10 if profile == "smoke" else 1 << 20)
+    assert not any(c["race"] for c in C.sweep(3, profile) if c["dim"] != "races")
+    assert not C.valid({**races[0], "mode": "inplace"})

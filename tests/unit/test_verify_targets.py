@@ -267,3 +267,33 @@ def test_each_shrunk_case_is_a_standalone_script_that_fails_without_pyar_and_pas
     ring = standalone.script(f"{HERE / 'correct.py'}:ring", first["ranks"], first["case"])
     rc, out = _run_standalone(ring, first["ranks"], tmp_path, "ring.py")
     assert rc == 0, out
+
+
+def test_a_send_buffer_reused_before_its_send_completes_is_caught_at_large_counts(tmp_path):
+    """Both races of broken.py (a staging buffer refilled before its Isend is waited for; x
+    sent and left in flight at return) fail the races dimension at 3 ranks, and no other at
+    smoke's counts; the correct targets and MPI_Allreduce pass it at 1 and 3 ranks (no false
+    alarm). The first race's standalone reproducer fails, and passes on the ring. (At 2
+    ranks a rank's left and right neighbours are one rank, late or not: the staging race
+    shows by chance there.)"""
+    from pyar.verify import standalone
+
+    broken = [f"{BROKEN}:reused_send", f"{BROKEN}:unwaited_send"]
+    correct = [f"{HERE / 'correct.py'}:ring", f"{HERE / 'correct.py'}:mpi_nan", "mpi"]
+    report = check(broken + correct, ranks=[1, 3], profile="quick", dims=["races"],
+                   shrink=False, nan="mpi")
+    verdicts = {(v["target"], v["ranks"]): v["verdict"] for v in report.verdicts()}
+    for target in broken:
+        assert verdicts[target, 3] == "failed", report.text()
+        assert verdicts[target, 1] == "passed", report.text()
+    assert all(verdicts[t, n] == "passed" for t in correct for n in (1, 3)), report.text()
+    counts = {r["case"]["count"] for r in report.failures}
+    assert counts == {(1 << 20) // 4 + 1, (64 << 10) // 4 + 1}, report.text()
+    quiet = check(broken, ranks=[3], profile="smoke", dims=["counts", "repeat"],
+                  shrink=False)
+    assert quiet, "found without the races dimension:\n" + quiet.text()
+    (race, *_) = [r for r in report.failures if r["target"] == broken[0]]
+    script = standalone.script(broken[0], 3, race["case"])
+    assert _run_standalone(script, 3, tmp_path, "race.py")[0] == 1
+    script = standalone.script(correct[0], 3, race["case"])
+    assert _run_standalone(script, 3, tmp_path, "ring.py")[0] == 0

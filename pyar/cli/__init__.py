@@ -218,21 +218,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=d.PROFILE, choices=["full", "quick", "smoke"],
                    help=f"how many cases per dimension: full, quick, smoke (default {d.PROFILE})")
     p.add_argument("--dims", default=None, help="comma list of dimensions (default all: "
-                   "counts,dtypes,layouts,modes,repeat,interleave,values)")
+                   "counts,dtypes,layouts,modes,repeat,interleave,races,values)")
     p.add_argument("--skip", default=None, help="comma list of dimensions to leave out")
     p.add_argument("--nan", default="propagate", choices=["propagate", "mpi"],
                    help="float max/min: propagate (default, pyar's rule, stricter than MPI's): "
                    "NaN anywhere gives NaN and every rank the same bits; mpi (MPI_MAX/MPI_MIN, "
                    "undefined for NaN): where a NaN meets numbers, NaN or any of them, and "
-                   "ranks may differ there and in the sign of a zero")
+                   "ranks may differ there and in the sign of a zero; and under mpi ranks may "
+                   "differ in a NaN's payload (MPI defines none), under propagate not")
+    p.add_argument("--int-overflow", default="wrap", choices=["wrap", "any"],
+                   help="integer sum/prod that overflows: wrap (default, pyar's rule; C's for "
+                   "unsigned types): modular for every integer type; any (C's): signed overflow "
+                   "is undefined, so any result passes where a signed sum or prod overflows in "
+                   "some order, while unsigned ones must wrap")
     p.add_argument("--case-timeout", type=float, default=d.CASE_TIMEOUT,
                    help=f"seconds a case may take before it counts as a hang "
                    f"(default {d.CASE_TIMEOUT:g})")
     p.add_argument("--time-limit", type=float, default=d.TIME_LIMIT,
                    help=f"seconds for the whole run, shrinking included; what it does not "
                    f"reach is reported, and the exit status is 1 (default {d.TIME_LIMIT:g})")
-    p.add_argument("--mpiexec", default=None, help="the site's mpiexec command line "
-                   "(default $MPIEXEC, else the embedded one)")
+    p.add_argument("--mpiexec", default=None, help="the site's mpiexec command line, used as "
+                   "it is, e.g. 'srun -p debug' (default $MPIEXEC, else the embedded one, with "
+                   "what its MPI needs on one machine, as make's: pyar/runtime/launch.py)")
     _load_option(p)
     p.add_argument("--json", metavar="FILE", help="write every case's verdict")
     p.add_argument("--repro-dir", metavar="DIR", help="write the reproducers there "

@@ -4,7 +4,7 @@ A case is plain data (it travels as JSON to the MPI job and into reproducers)::
 
     {"dim": "counts", "collective": "allreduce", "count": 1025, "dtype": "float32",
      "op": "sum", "layout": "contiguous", "mode": "new", "calls": 1, "interleave": False,
-     "values": "sample", "seed": 0}
+     "race": False, "values": "sample", "seed": 0}
 
 ``collective``: what the target computes (:data:`COLLECTIVES`); ``count``: the elements of
 each rank's x (reduce_scatter cuts x.ravel() into one block per rank as numpy.array_split
@@ -15,10 +15,17 @@ reduction, and for allgather, which reduces nothing, only the pattern of the val
 other element), transposed (a 2-D transpose); ``mode``: new (``out=None``), out (an ``out``
 array), inplace (``out=x``); ``calls``: calls in a row, each with fresh data (stale state);
 ``interleave``: the user's own point-to-point messages, on the same communicator and tags,
-in flight around each call; ``values``: see :func:`contribution`.
+in flight around each call; ``race``: after each call returns, the caller at once
+overwrites x's buffer (a send the target left in flight from it then carries that) and
+later checks that the result has not changed since (a receive left in flight into it), and
+each call finds the ranks late by different few milliseconds (a rendezvous send left
+pending while the target reuses its buffer); x is then not checked for being left as it
+was; ``values``: see :func:`contribution`.
 
 Each dimension varies one of these from a base case (float32 sum of 1031 elements,
 contiguous, a new result, one call); the ``quick`` and ``smoke`` profiles take fewer values.
+The races dimension's counts are large (64 KiB - 4 MiB of float32 or int32, three calls):
+messages an MPI library sends by rendezvous, not eagerly copied.
 Every collective gets the same sweep, less what it does not define (allgather has no in
 place form), and reduce_scatter's counts add multiples of the rank count (equal blocks, as
 MPI_Reduce_scatter_block's).
@@ -39,18 +46,21 @@ OPS = [o.value for o in Op]
 LAYOUTS = ["contiguous", "2d", "offset", "strided", "transposed", "3d"]
 MODES = ["new", "out", "inplace"]
 VALUES = ["sample", "random", "negative", "special", "overflow", "big", "halfmax", "halfcancel"]
-DIMENSIONS = ["counts", "dtypes", "layouts", "modes", "repeat", "interleave", "values"]
+DIMENSIONS = ["counts", "dtypes", "layouts", "modes", "repeat", "interleave", "races",
+              "values"]
 PROFILES = ("full", "quick", "smoke")
 THRESHOLDS = (64 << 10, 256 << 10, 1 << 20, 4 << 20)      # bytes: typical segment sizes
 BASE = {"collective": "allreduce", "count": 1031, "dtype": "float32", "op": "sum",
         "layout": "contiguous", "mode": "new", "calls": 1, "interleave": False,
-        "values": "sample", "seed": 0}
+        "race": False, "values": "sample", "seed": 0}
 SMOKE_VALUES = [("special", "float32", "max"), ("special", "float32", "sum"),
                 ("special", "float16", "min"), ("overflow", "int8", "sum"),
                 ("overflow", "uint64", "prod"), ("big", "int64", "sum"),
                 ("halfmax", "bfloat16", "sum"), ("negative", "float64", "prod"),
                 ("halfcancel", "float16", "avg"), ("halfcancel", "bfloat16", "sum")]
 TAGS = (0, 1, 7, 99)        # the user's own messages in the interleave dimension
+LATE = 0.005                # seconds: the steps by which ranks are late in the races dimension
+POISON = 0x5A               # the byte a race case overwrites x's buffer with
 PREFIX = "@@pyar-verify "   # a job's answer line on its stdout (the target may print too)
 
 
@@ -100,6 +110,8 @@ def valid(c: dict) -> bool:
     if op == "avg" and not floating:
         return False
     if c["collective"] == "allgather" and c["mode"] == "inplace":
+        return False
+    if c.get("race") and c["mode"] == "inplace":       # x is the result: not overwritten
         return False
     return {"sample": True, "random": op in ("sum", "avg") or floating,
             "negative": op == "prod" and not dtype.startswith("uint"),
@@ -178,6 +190,13 @@ def sweep(size: int, profile: str = "full", dims=None,
         plans = [(1031, "float32"), (1, "int32"), (big, "float64")]
         out += [case("interleave", interleave=True, count=n, dtype=d, calls=2)
                 for n, d in (plans if not smoke else plans[:1])]
+    if "races" in dims:                         # large messages: rendezvous, not eager
+        plans = [(t // 4 + 1, m, d) for t in THRESHOLDS for m in ("new", "out")
+                 for d in ("float32", "int32")] if full else \
+            [(THRESHOLDS[2] // 4 + 1, "new", "float32"), (big, "out", "int32")] if not smoke \
+            else [(THRESHOLDS[1] // 4 + 1, "new", "float32")]
+        out += [case("races", race=True, count=n, mode=m, dtype=d, calls=3, seed=3)
+                for n, m, d in plans]
     if "values" in dims:
         if smoke:
             out += [case("values", values=v, dtype=d, op=o, seed=2) for v, d, o in SMOKE_VALUES]

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from ..algorithms import LIBRARY, algorithms
-from ..runtime.launch import find_mpiexec
-from . import cases as C, judge
+from ..runtime.launch import find_mpiexec, launch_settings
+from . import cases as C, judge, standalone
 
 RANKS = "1-4"           # the defaults: on 2 cores about 15 s for a target in Python or MPI,
 PROFILE = "quick"       # about 2 min for one of pyar's algorithms (slower per case)
@@ -34,22 +34,30 @@ CASE_TIMEOUT = 60.0     # seconds a case may take before it counts as a hang
 TIME_LIMIT = 1800.0     # seconds for the whole run
 
 
-def default_mpiexec() -> list[str]:
-    """:func:`pyar.launch.find_mpiexec`'s command, split; ValueError if there is none."""
+def default_mpiexec() -> tuple[list[str], dict]:
+    """(the command, the environment variables to add) that start this machine's jobs:
+    :func:`pyar.runtime.launch.find_mpiexec`'s mpiexec with what its MPI library needs here
+    (:func:`pyar.runtime.launch.launch_settings`: Open MPI's ``--oversubscribe``, its
+    run-as-root variables and shared-memory transports), as ``make`` starts its jobs;
+    ValueError if there is none."""
     try:
-        return shlex.split(find_mpiexec())
+        words = shlex.split(find_mpiexec())
     except RuntimeError as e:
         raise ValueError(f"{e}, or give --mpiexec") from None
+    extra, env = launch_settings(words[0])
+    return [words[0], *extra, *words[1:]], env
 
 
 class Job:
     """One MPI job of ``size`` ranks serving cases; restarted after a hang or a crash.
 
     Starting it (mpiexec, imports, MPI_Init on every rank) may take up to
-    ``start_timeout`` seconds, counted apart from any case's timeout."""
+    ``start_timeout`` seconds, counted apart from any case's timeout. ``env``: variables
+    added to this process's environment for the job."""
 
-    def __init__(self, size, mpiexec, load=(), start_timeout=120.0):
+    def __init__(self, size, mpiexec, load=(), start_timeout=120.0, env=None):
         self.size, self.mpiexec, self.load = size, list(mpiexec), list(load)
+        self.env = dict(env or {})
         self.start_timeout = start_timeout
         self.proc = None
         self.next_id = 0
@@ -69,7 +77,8 @@ class Job:
                                           delete=False)
         self.stderr_path = err.name
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=err, text=True, bufsize=1, start_new_session=True)
+                                     stderr=err, text=True, bufsize=1, start_new_session=True,
+                                     env={**os.environ, **self.env})
         err.close()
         self._buffer = ""
         began = time.monotonic()
@@ -127,8 +136,10 @@ class Job:
         except (OSError, TypeError):
             return ""
 
-    def run(self, target, case, timeout, nan="propagate", until=math.inf) -> dict:
-        """The verdict of ``case`` (float max/min judged by rule ``nan``): pass, fail, skip,
+    def run(self, target, case, timeout, nan="propagate", until=math.inf,
+            int_overflow="wrap") -> dict:
+        """The verdict of ``case`` (judged by rules ``nan`` and ``int_overflow``,
+        :mod:`pyar.verify.judge`'s): pass, fail, skip,
         error, hang (no answer within ``timeout`` seconds), crash (the job died), or cut (the
         run's end, ``until`` on :func:`time.monotonic`'s clock, came first)."""
         if time.monotonic() >= until:
@@ -138,7 +149,8 @@ class Job:
             if trouble:
                 return trouble
         self.next_id += 1
-        request = {"id": self.next_id, "target": target, "case": case, "nan": nan}
+        request = {"id": self.next_id, "target": target, "case": case, "nan": nan,
+                   "int_overflow": int_overflow}
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
@@ -194,12 +206,12 @@ def _cut(since) -> dict:
 class Jobs:
     """A job per rank count, started on first use."""
 
-    def __init__(self, mpiexec, load=()):
-        self.mpiexec, self.load, self.jobs = mpiexec, load, {}
+    def __init__(self, mpiexec, load=(), env=None):
+        self.mpiexec, self.load, self.env, self.jobs = mpiexec, load, env, {}
 
     def __getitem__(self, size) -> Job:
         if size not in self.jobs:
-            self.jobs[size] = Job(size, self.mpiexec, self.load)
+            self.jobs[size] = Job(size, self.mpiexec, self.load, env=self.env)
         return self.jobs[size]
 
     def stop(self, size):
@@ -245,17 +257,22 @@ def expand_targets(targets, collective: str = "allreduce") -> list[str]:
 
 def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TIMEOUT,
           mpiexec=None, load=(), shrink=True, shrink_examples=40, confirm=True, log=None,
-          nan="propagate", time_limit=TIME_LIMIT, collective="allreduce") -> Report:
+          nan="propagate", time_limit=TIME_LIMIT, collective="allreduce",
+          int_overflow="wrap") -> Report:
     """Verify ``targets`` of ``collective`` (:data:`pyar.verify.cases.COLLECTIVES`; TARGET
     strings, a callable of an importable module, or a list of them) over ``ranks``; returns
     a :class:`Report` (true when every case ran and passed).
 
-    Every case runs in MPI jobs this function starts (``mpiexec``: a command line; default
-    the embedded one), one rank count at a time; usable from a plain pytest (``assert
+    Every case runs in MPI jobs this function starts, one rank count at a time: by
+    ``mpiexec``, a command line used as it is (a cluster's launcher), else by
+    :func:`default_mpiexec` (``$MPIEXEC`` or the embedded mpiexec, with what its library
+    needs on this machine: as root, more ranks than cores); usable from a plain pytest (``assert
     check("mod:fn", ranks=[2, 3])``). A hang (no answer within ``case_timeout`` seconds)
     is the verdict of its target at that rank count: no further case runs there, so a
     deadlock costs one ``case_timeout`` (and a job start) per rank count. ``nan``: the rule
-    for float max/min (:data:`pyar.verify.judge.NAN_RULES`). ``time_limit``: seconds for
+    for float max/min and NaN payloads (:data:`pyar.verify.judge.NAN_RULES`);
+    ``int_overflow``: the rule for integer sum and prod
+    (:data:`pyar.verify.judge.INT_OVERFLOW_RULES`). ``time_limit``: seconds for
     the whole run, shrinking included; what it does not reach is reported. ``shrink``:
     shrink one failure per target and kind of problem, trying at most ``shrink_examples``
     candidates; ``confirm``: rerun the smallest case in a fresh job.
@@ -269,21 +286,28 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
     sizes = ranks if isinstance(ranks, (list, tuple, range)) else parse_ranks(ranks)
     if nan not in judge.NAN_RULES:
         raise ValueError(f"--nan must be one of {', '.join(judge.NAN_RULES)}, got {nan!r}")
+    if int_overflow not in judge.INT_OVERFLOW_RULES:
+        raise ValueError(f"--int-overflow must be one of {', '.join(judge.INT_OVERFLOW_RULES)},"
+                         f" got {int_overflow!r}")
     for name, value in (("--case-timeout", case_timeout), ("--time-limit", time_limit)):
         if not value > 0:
             raise ValueError(f"{name} must be > 0 seconds, got {value}")
-    mpiexec = shlex.split(mpiexec) if isinstance(mpiexec, str) else \
-        (list(mpiexec) if mpiexec else default_mpiexec())
+    if mpiexec:
+        mpiexec, env = (shlex.split(mpiexec) if isinstance(mpiexec, str) else list(mpiexec)), {}
+    else:
+        mpiexec, env = default_mpiexec()
     load = [os.path.abspath(s) if s.endswith((".py", ".xml")) else s for s in load or ()]
-    jobs = Jobs(mpiexec, load)
-    report = Report(targets, list(sizes), profile, load, nan, time_limit, collective)
+    jobs = Jobs(mpiexec, load, env)
+    report = Report(targets, list(sizes), profile, load, nan, time_limit, collective,
+                    int_overflow)
     started = time.monotonic()
     until = started + time_limit
     try:
         for size in sizes:
             sweep = C.sweep(size, profile, dims, collective)
             for target in targets:
-                _run_sweep(jobs[size], target, sweep, report, case_timeout, nan, until, log)
+                _run_sweep(jobs[size], target, sweep, report, case_timeout, nan, until, log,
+                           int_overflow)
             jobs.stop(size)
         if shrink:
             stuck = {}              # target -> rank counts where it hangs: no candidate there
@@ -295,7 +319,8 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
                     break
                 failure["smallest"] = smallest(jobs, failure, case_timeout, shrink_examples,
                                                confirm, log, nan, until,
-                                               stuck.setdefault(failure["target"], set()))
+                                               stuck.setdefault(failure["target"], set()),
+                                               int_overflow)
         report.name_reproducers(case_timeout)
     finally:
         jobs.close()
@@ -303,11 +328,12 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
     return report
 
 
-def _run_sweep(job, target, sweep, report, case_timeout, nan, until, log):
+def _run_sweep(job, target, sweep, report, case_timeout, nan, until, log,
+               int_overflow="wrap"):
     """``sweep``'s cases of ``target`` on ``job`` into ``report``, up to the first hang or
     error (the rank count's verdict) or the end of the run (``until``)."""
     for i, case in enumerate(sweep):
-        result = job.run(target, case, case_timeout, nan, until)
+        result = job.run(target, case, case_timeout, nan, until, int_overflow=int_overflow)
         if result["verdict"] == "cut":
             report.not_run(target, job.size, len(sweep) - i, "time-limit")
             return
@@ -340,9 +366,10 @@ class Report:
     ``bool(report)`` is whether every case ran and passed."""
 
     def __init__(self, targets, sizes, profile, load, nan="propagate", time_limit=None,
-                 collective="allreduce"):
+                 collective="allreduce", int_overflow="wrap"):
         self.targets, self.sizes, self.profile, self.load = targets, sizes, profile, load
         self.nan, self.time_limit, self.collective = nan, time_limit, collective
+        self.int_overflow = int_overflow
         self.results = []           # {"target", "ranks", "case", "verdict", "problems", ...}
         self.skipped = []           # {"target", "ranks", "cases", "why"}: cases not run
         self.seconds = 0.0
@@ -407,7 +434,8 @@ class Report:
 
     def name_reproducers(self, timeout):
         """Name each distinct smallest case ``repro_K.py`` and write its script under that
-        name (the same case found twice shares one)."""
+        name (the same case found twice shares one), and its standalone script, which needs
+        no pyar, ``repro_K_standalone.py`` (:func:`pyar.verify.standalone.script`)."""
         names = {}
         for r in self.results:
             small = r.get("smallest")
@@ -417,7 +445,11 @@ class Report:
             names.setdefault(key, f"repro_{len(names) + 1}.py")
             small["name"] = names[key]
             small["script"] = reproducer(r["target"], small["ranks"], small["case"], self.load,
-                                         timeout, self.nan, small["name"])
+                                         timeout, self.nan, small["name"], self.int_overflow)
+            small["standalone_name"] = small["name"].replace(".py", "_standalone.py")
+            small["standalone"] = standalone.script(
+                r["target"], small["ranks"], small["case"], self.load, self.nan,
+                self.int_overflow, small["problems"], small["standalone_name"])
 
     def table(self) -> str:
         verdicts = ["pass", "fail", "hang", "crash", "error", "skip"]
@@ -456,7 +488,8 @@ class Report:
         ok = "FAILED" if self.failures else ("INCOMPLETE" if self.skipped else "PASSED")
         head = (f"# pyar verify --collective {self.collective}: {', '.join(self.targets)} on "
                 f"ranks {','.join(map(str, self.sizes))}, profile {self.profile}, "
-                f"--nan {self.nan}: {len(self.results)} cases in {self.seconds:.0f} s: {ok}")
+                f"--nan {self.nan}, --int-overflow {self.int_overflow}: {len(self.results)} "
+                f"cases in {self.seconds:.0f} s: {ok}")
         parts = [head, self.table(), self.by_ranks()]
         for r in self.failures[:40]:
             parts.append(f"- {r['verdict']}: {r['target']} on {r['ranks']} ranks, {_brief(r['case'])}:"
@@ -473,12 +506,16 @@ class Report:
                              f"{_brief(small['case'])}\n"
                              f"# {small['note']}\n"
                              f"# {'; '.join(small['problems'][:2])[:400]}\n"
-                             + small["script"])
+                             + small["script"]
+                             + f"# standalone, mpi4py and numpy only, for the library's bug "
+                             f"tracker: {small['standalone_name']} (--repro-dir writes it, "
+                             f"--json holds it)")
         return "\n".join(parts)
 
     def to_json(self) -> dict:
         return {"collective": self.collective, "targets": self.targets, "ranks": self.sizes,
-                "profile": self.profile, "nan": self.nan, "time_limit": self.time_limit,
+                "profile": self.profile, "nan": self.nan, "int_overflow": self.int_overflow,
+                "time_limit": self.time_limit,
                 "passed": bool(self), "seconds": round(self.seconds, 1), "verdicts": self.verdicts(),
                 "not_run": self.skipped, "results": self.results}
 
@@ -502,7 +539,7 @@ ORDER = {"dtype": ["int32", "int64", "float32", "float64", "int8", "int16", "uin
 
 
 def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
-             nan="propagate", until=math.inf, hung=None) -> dict:
+             nan="propagate", until=math.inf, hung=None, int_overflow="wrap") -> dict:
     """The smallest case failing as ``failure`` does (the same kind of problem) that
     hypothesis finds among those no more complex than ``failure``'s (by rule ``nan``),
     before ``until``; the failure itself if it finds none smaller. No candidate runs on a rank count in ``hung`` (a set: where the target hangs
@@ -550,7 +587,7 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
         job = jobs[c["ranks"]]
         if fresh_job:
             job.stop()
-        result = job.run(target, candidate, case_timeout, nan, until)
+        result = job.run(target, candidate, case_timeout, nan, until, int_overflow=int_overflow)
         if result["verdict"] in ("hang", "error"):
             hung.add(c["ranks"])
         if result["verdict"] == "fail" and _kind({**result, "case": candidate}) == kind:
@@ -575,7 +612,8 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
     if confirm and time.monotonic() < until:
         job = jobs[ranks]
         job.stop()
-        confirmed = job.run(target, small, case_timeout, nan, until)["verdict"] == "fail"
+        confirmed = job.run(target, small, case_timeout, nan, until,
+                            int_overflow=int_overflow)["verdict"] == "fail"
         note += f"; rerun in a fresh job: {'fails' if confirmed else 'PASSES'}"
     if log:
         log(f"{target}: smallest failing case {ranks} ranks, {_brief(small)} ({note})")
@@ -584,9 +622,9 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
 
 
 def reproducer(target, ranks, case, load=(), timeout=60, nan="propagate",
-               name="repro.py") -> str:
-    """The script ``name`` that runs ``case`` of ``target`` alone (float max/min by rule
-    ``nan``), with its mpiexec line first."""
+               name="repro.py", int_overflow="wrap") -> str:
+    """The script ``name`` that runs ``case`` of ``target`` alone (judged by rules ``nan``
+    and ``int_overflow``), with its mpiexec line first."""
     if ":" in target and target.split(":")[0].endswith(".py"):
         path, fn = target.rsplit(":", 1)
         target = f"{os.path.abspath(path)}:{fn}"
@@ -594,7 +632,8 @@ def reproducer(target, ranks, case, load=(), timeout=60, nan="propagate",
             f"# (exit status 1 while {target} fails this case, 0 once it passes)\n"
             f"from pyar.verify.worker import reproduce\n\n"
             f"case = {case!r}\n"
-            f"raise SystemExit(reproduce({target!r}, case, load={list(load)!r}, nan={nan!r}))\n")
+            f"raise SystemExit(reproduce({target!r}, case, load={list(load)!r}, nan={nan!r}, "
+            f"int_overflow={int_overflow!r}))\n")
 
 
 def command(args) -> int:
@@ -612,7 +651,7 @@ def command(args) -> int:
     report = check(args.target, ranks=args.ranks, profile=profile, dims=dims,
                    case_timeout=args.case_timeout, mpiexec=args.mpiexec, load=args.load,
                    shrink=not args.no_shrink, log=log, nan=args.nan, time_limit=args.time_limit,
-                   collective=args.collective)
+                   collective=args.collective, int_overflow=args.int_overflow)
     print(report.text(), flush=True)
     if args.json:
         with open(args.json, "w") as f:
@@ -625,8 +664,10 @@ def command(args) -> int:
             small = r.get("smallest")
             if small and small["name"] not in written:
                 written.add(small["name"])
-                path = os.path.join(args.repro_dir, small["name"])
-                with open(path, "w") as f:
-                    f.write(small["script"])
-                print(f"# reproducer: {path}")
+                for name, text in ((small["name"], small["script"]),
+                                   (small["standalone_name"], small["standalone"])):
+                    path = os.path.join(args.repro_dir, name)
+                    with open(path, "w") as f:
+                        f.write(text)
+                    print(f"# reproducer: {path}")
     return 0 if report else 1

@@ -3,8 +3,8 @@
 Started by :mod:`pyar.verify.driver` as ``mpiexec -n N python -m mpi4py -m
 pyar.verify.worker [--load SPEC ...]``. Once every rank is up, rank 0 prints
 ``@@pyar-verify {"ready": true}``; then it reads one JSON request per line on stdin
-(``{"id", "target", "case", "nan"}``, ``nan`` the rule for float max/min of
-:mod:`pyar.verify.judge`), every rank runs it, and rank 0 prints the verdict as one line
+(``{"id", "target", "case", "nan", "int_overflow"}``, ``nan`` and ``int_overflow`` the rules
+of :mod:`pyar.verify.judge`), every rank runs it, and rank 0 prints the verdict as one line
 ``@@pyar-verify {json}``. Each case gives the target a fresh communicator (freed
 after a case that passed; state a target caches on it dies with it); the verdicts travel
 on another, so a broken target cannot disturb them.
@@ -131,15 +131,18 @@ class Runner:
         self.world = world or MPI.COMM_WORLD
         self.verdicts = self.world.Dup()        # ours alone
         self.targets = {}
+        self._returned = []     # a race case's results: (where, bits on return, the array)
 
     def target(self, spec, collective):
         if (spec, collective) not in self.targets:
             self.targets[spec, collective] = resolve(spec, collective)
         return self.targets[spec, collective]
 
-    def run(self, spec: str, case: dict, nan: str = "propagate") -> dict:
-        """Run ``case`` on every rank, judging float max/min by rule ``nan``; every rank
-        returns the same verdict."""
+    def run(self, spec: str, case: dict, nan: str = "propagate",
+            int_overflow: str = "wrap") -> dict:
+        """Run ``case`` on every rank, judging float max/min and NaN payloads by rule ``nan``
+        and integer overflow by rule ``int_overflow``; every rank returns the same
+        verdict."""
         start = time.perf_counter()
         try:
             self.target(spec, case["collective"])
@@ -147,21 +150,21 @@ class Runner:
             return {"verdict": "error", "problems": [f"target {spec}: {_one_line(e)}"],
                     "seconds": 0}
         comm = self.world.Dup()
+        results, self._returned = [], []
         try:
-            local, digest, skipped = self._calls(spec, case, comm, nan)
+            local, results, skipped = self._calls(spec, case, comm, nan, int_overflow)
         except Exception as e:          # the verifier's own trouble, e.g. a bad target
-            local, digest, skipped = [f"rank {self.world.Get_rank()}: {_one_line(e)}"], "", False
-        everyone = self._allgather({"problems": local, "digest": digest, "skipped": skipped})
+            local, skipped = [f"rank {self.world.Get_rank()}: {_one_line(e)}"], False
+        digests = [hashlib.sha1(r.view(np.uint8)).hexdigest() if r is not None else ""
+                   for r in results]
+        everyone = self._allgather({"problems": local, "digests": digests, "skipped": skipped})
         problems = [p for r in everyone for p in r["problems"]]
-        digests = {r["digest"] for r in everyone if r["digest"]}
-        if len(digests) > 1:
-            groups = {}
-            for rank, r in enumerate(everyone):
-                groups.setdefault(r["digest"], []).append(rank)
-            problems.append("ranks' results differ bitwise: " + "; ".join(
-                f"ranks {g} agree" for g in groups.values()) + (
-                " (float max/min: --nan mpi lets ranks differ where a NaN or zeros of both "
-                "signs meet, as MPI does)" if _loose_able(case) and nan == "propagate" else ""))
+        if case.get("race"):            # every rank has returned: did a result change since?
+            changed = [f"{where}: the result changed after the call returned (a receive into "
+                       f"it still in flight?)" for where, flat, result in self._returned
+                       if not _same_bits(flat, np.ascontiguousarray(result).reshape(-1))]
+            problems += [p for r in self._allgather(changed) for p in r]
+        problems += self._disagreements(case, everyone, results, nan)
         skip = any(r["skipped"] for r in everyone) and not problems
         verdict = "skip" if skip else ("fail" if problems else "pass")
         if verdict != "fail":                   # a failed call's leftovers may be in flight
@@ -169,12 +172,65 @@ class Runner:
         return {"verdict": verdict, "problems": problems[:8],
                 "seconds": round(time.perf_counter() - start, 4)}
 
-    def _calls(self, spec, case, comm, nan):
-        """Every call of ``case``: the problems seen here, a digest of the results (the bits
-        every rank must share: allreduce's) and whether the target declined the case.
+    def _disagreements(self, case, everyone, results, nan) -> list:
+        """Problems where ranks' results of a call differ bitwise (``everyone``: every rank's
+        digests), found by gathering those calls' results: which elements, each rank's bits
+        and value, and the class (:func:`pyar.verify.judge.disagreement`). Under ``nan="mpi"``
+        ranks may differ where each holds a NaN (MPI defines no NaN payload), and for float
+        max/min where a NaN meets numbers or zeros of both signs meet. Collective."""
+        problems = []
+        calls = max(len(r["digests"]) for r in everyone)
+        for call in range(calls):
+            seen = {r["digests"][call] for r in everyone if len(r["digests"]) > call} - {""}
+            if len(seen) < 2:
+                continue
+            mine = results[call] if len(results) > call else None
+            gathered = self._allgather_array(mine, C.dtype_of(case))
+            ranks = [rank for rank, a in enumerate(gathered) if a is not None]
+            arrays = [gathered[rank] for rank in ranks]
+            mpi = None                  # where MPI's rules let ranks differ
+            if arrays[0].dtype.kind in "fV":
+                values = np.stack(arrays).astype(np.float64)
+                mpi = np.isnan(values).all(axis=0)
+                if _loose_able(case):
+                    x = np.stack([C.contribution(case, r, call) for r in range(len(everyone))])
+                    mpi |= judge.meets_nan(x.astype(np.float64)) | (values == 0).all(axis=0)
+            where, kinds = judge.disagreement(arrays, mpi if nan == "mpi" else None)
+            if not where.size:
+                continue
+            text = judge.describe_disagreement(arrays, where, kinds, ranks=ranks)
+            rule = ""
+            if mpi is not None and mpi[where].all():
+                rule = (" [pyar's rule (--nan propagate, the default): every rank the same bits; "
+                        "--nan mpi accepts this: MPI defines no NaN payload"
+                        + (", and MPI_MAX/MPI_MIN neither the result where a NaN meets numbers "
+                           "nor the sign of a zero where zeros of both signs meet"
+                           if _loose_able(case) else "") + "]")
+            problems.append(f"call {call}: {text}{rule}")
+        return problems
+
+    def _allgather_array(self, mine, dtype) -> list:
+        """Every rank's flat array of ``dtype`` (None where a rank holds none), by
+        buffer-based calls on our own communicator."""
+        size = self.verdicts.Get_size()
+        counts = np.zeros(size, np.int64)
+        self.verdicts.Allgather(np.array([-1 if mine is None else mine.size], np.int64), counts)
+        data = np.zeros(0, np.uint8) if mine is None else \
+            np.ascontiguousarray(mine).view(np.uint8)
+        lengths = np.maximum(counts, 0) * dtype.itemsize
+        everything = np.empty(int(lengths.sum()), np.uint8)
+        self.verdicts.Allgatherv(data, (everything, lengths))
+        edges = np.concatenate([[0], np.cumsum(lengths)])
+        return [None if n < 0 else everything[a:b].view(dtype)
+                for n, a, b in zip(counts, edges[:-1], edges[1:])]
+
+    def _calls(self, spec, case, comm, nan, int_overflow="wrap"):
+        """Every call of ``case``: the problems seen here, each call's result, flat, where
+        every rank must hold the same bits (allreduce's; None where a call gave none) and
+        whether the target declined the case.
 
         allreduce: rank 0 judges the values; under ``nan="mpi"`` on float max/min every
-        rank judges its own, and the digest leaves out the elements where ranks may differ.
+        rank judges its own (ranks may differ there: :meth:`_disagreements`).
         reduce_scatter: every rank judges its block, by the bounds of allreduce's elements.
         allgather: every rank judges its result, bit for bit."""
         collective = case["collective"]
@@ -183,7 +239,7 @@ class Runner:
         shared_result = collective == "allreduce"
         loose = nan == "mpi" and _loose_able(case) and shared_result
         args = {"op": case["op"]} if record(collective).reduces else {}
-        problems, digest = [], ""
+        problems, results = [], []
         out_buffer = None
         for call in range(case["calls"]):
             mine = C.contribution(case, rank, call)
@@ -198,17 +254,23 @@ class Runner:
                     out_buffer = np.full(shape, 3, x.dtype)
                 out = out_buffer
             pending = _user_sends(comm, call) if case["interleave"] else None
+            race = case.get("race", False)
+            if race:                            # ranks late by different steps each call
+                time.sleep(C.LATE * ((rank + call) % size))
             try:
                 result = target(x, comm, out=out, **args)
             except NotImplementedError:
                 if pending:
                     _finish_user(comm, pending, call)
-                return [], "", True
+                return [], [], True
             except Exception as e:
-                return [f"rank {rank} call {call}: raised {_one_line(e)}"], "", False
+                return [f"rank {rank} call {call}: raised {_one_line(e)}"], [], False
+            if race:                            # the caller reuses x at once
+                base.view(np.uint8).reshape(-1)[...] = C.POISON
             if pending:
                 problems += _finish_user(comm, pending, call)
             where = f"rank {rank} call {call}"
+            results.append(None)
             if not isinstance(result, np.ndarray):
                 problems.append(f"{where}: returned {type(result).__name__}, not a numpy array")
                 continue                        # every rank makes every call: none is left
@@ -220,9 +282,14 @@ class Runner:
                 problems.append(f"{where}: in place (out=x), but x does not hold the result")
             if case["mode"] == "out" and not _same_bits(out, result):
                 problems.append(f"{where}: out= given, but out does not hold the result")
-            if case["mode"] != "inplace" and not _same_bits(base, pristine):
+            if case["mode"] != "inplace" and not race and not _same_bits(base, pristine):
                 problems.append(f"{where}: x was modified (not in place)")
-            flat = np.ascontiguousarray(result).reshape(-1)
+            flat = np.array(result, copy=True).reshape(-1) if race else \
+                np.ascontiguousarray(result).reshape(-1)        # (race: as it was on return)
+            if race:                            # (out= is the next call's to overwrite)
+                if case["mode"] == "out":
+                    self._returned.clear()
+                self._returned.append((where, flat, result))
             inputs = [C.contribution(case, r, call) for r in range(size)] \
                 if rank == 0 or loose or not shared_result else None
             if collective == "allgather":
@@ -234,21 +301,17 @@ class Runner:
                 owned = block(case["count"], size, rank)
                 inputs = [contribution[owned] for contribution in inputs]
                 where += f" (its block: elements {owned.start}-{owned.stop - 1} of the reduction)"
-            shared = flat
             if inputs is not None:
-                bad = judge.wrong(flat, inputs, case["op"], case["dtype"], nan)
+                bad = judge.wrong(flat, inputs, case["op"], case["dtype"], nan, int_overflow)
                 if bad.size:
-                    rule = judge.broken_rule(flat, inputs, bad, case["op"], case["dtype"], nan)
+                    rule = judge.broken_rule(flat, inputs, bad, case["op"], case["dtype"], nan,
+                                             int_overflow)
                     problems.append(f"{where if loose or not shared_result else f'call {call}'}: "
                                     + judge.describe(flat, inputs, bad)
                                     + (f" [{rule}]" if rule else ""))
-                if loose:
-                    x = np.stack(inputs).astype(np.float64)
-                    shared = flat.copy()
-                    shared[judge.meets_nan(x) | (flat == 0)] = 0
             if shared_result:
-                digest = hashlib.sha1(shared.view(np.uint8)).hexdigest() + digest
-        return problems, digest, False
+                results[-1] = flat
+        return problems, results, False
 
     def _allgather(self, mine: dict) -> list:
         """Every rank's dict, by buffer-based calls on our own communicator."""
@@ -324,15 +387,19 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{where}"
 
 
-def reproduce(target: str, case: dict, load=(), nan: str = "propagate") -> int:
+def reproduce(target: str, case: dict, load=(), nan: str = "propagate",
+              int_overflow: str = "wrap") -> int:
     """Run one case of ``target`` on COMM_WORLD (every rank calls it), float max/min judged
     by rule ``nan``; rank 0 prints the verdict. Returns 1 if it fails, 0 if it passes, on
     every rank (a reproducer's exit)."""
     if nan not in judge.NAN_RULES:
         raise ValueError(f"nan must be one of {', '.join(judge.NAN_RULES)}, got {nan!r}")
+    if int_overflow not in judge.INT_OVERFLOW_RULES:
+        raise ValueError(f"int_overflow must be one of {', '.join(judge.INT_OVERFLOW_RULES)}, "
+                         f"got {int_overflow!r}")
     msccl.load_all(load)
     runner = Runner()
-    result = runner.run(target, case, nan)
+    result = runner.run(target, case, nan, int_overflow)
     if runner.world.Get_rank() == 0:
         print(f"pyar verify --collective {case['collective']} {target} on "
               f"{runner.world.Get_size()} ranks: {result['verdict']}")
@@ -359,7 +426,8 @@ def serve(load=()) -> int:
             return 0
         request = json.loads(line)
         try:
-            result = runner.run(request["target"], request["case"], request["nan"])
+            result = runner.run(request["target"], request["case"], request["nan"],
+                                request.get("int_overflow", "wrap"))
         except Exception as e:                  # e.g. an unloadable target: said, not hidden
             result = {"verdict": "error", "problems": [_one_line(e)], "seconds": 0}
         if root:

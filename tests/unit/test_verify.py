@@ -270,7 +270,7 @@ class FakeJob:
     def __init__(self, size, hang_at=None, cut_at=None):
         self.size, self.hang_at, self.cut_at, self.ran = size, hang_at, cut_at, 0
 
-    def run(self, target, case, timeout, nan, until):
+    def run(self, target, case, timeout, nan, until, int_overflow="wrap"):
         self.ran += 1
         if self.cut_at is not None and self.ran > self.cut_at:
             return {"verdict": "cut", "problems": [], "seconds": 0}
@@ -326,7 +326,7 @@ class FakeJobs(dict):
             def stop(self):
                 pass
 
-            def run(self, target, case, timeout, nan, until):
+            def run(self, target, case, timeout, nan, until, int_overflow="wrap"):
                 jobs.ran.append(size)
                 if size == 3:
                     return {"verdict": "hang", "problems": ["no answer"], "seconds": timeout}
@@ -355,7 +355,7 @@ class RaisingBelow(dict):
             def stop(self):
                 pass
 
-            def run(self, target, case, timeout, nan, until):
+            def run(self, target, case, timeout, nan, until, int_overflow="wrap"):
                 if size < 4:
                     return {"verdict": "fail", "problems": [
                         "rank 0 call 0: raised ValueError: for exactly 4 ranks"], "seconds": 0}
@@ -373,3 +373,180 @@ def test_shrinking_keeps_the_kind_of_problem():
     failure = {"target": "t", "ranks": 4, "case": case, "problems": ["[0] got 1 from (0, 0)"]}
     small = driver.smallest(RaisingBelow(), failure, 60, 40, confirm=False)
     assert small["ranks"] == 4 and small["case"]["count"] == 4, small
+
+
+def _fake_openmpi(tmp_path):
+    """An mpiexec that says it is Open MPI's (a stand-in: nothing runs)."""
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\necho 'mpiexec (Open MPI) 5.0.11'\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_jobs_start_with_what_the_mpi_library_needs_unless_mpiexec_is_given(tmp_path,
+                                                                         monkeypatch):
+    import os
+
+    fake = _fake_openmpi(tmp_path)
+    monkeypatch.setenv("MPIEXEC", fake)
+    monkeypatch.delenv("OMPI_MCA_btl", raising=False)
+    command, env = driver.default_mpiexec()
+    assert command == [fake, "--oversubscribe"]
+    assert env["OMPI_MCA_btl"] == "self,sm"
+    assert (env.get("OMPI_ALLOW_RUN_AS_ROOT") == "1") == (os.geteuid() == 0)
+    monkeypatch.setenv("MPIEXEC", f"{fake} --bind-to none")     # its own arguments kept
+    assert driver.default_mpiexec()[0] == [fake, "--oversubscribe", "--bind-to", "none"]
+    seen = {}
+
+    class Jobs:
+        def __init__(self, mpiexec, load, env):
+            seen.update(mpiexec=mpiexec, env=env)
+
+        def __getitem__(self, size):
+            return FakeJob(size)
+
+        def stop(self, size):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(driver, "Jobs", Jobs)
+    driver.check("t", ranks=[1], profile="smoke", dims=["modes"], shrink=False)
+    assert seen == {"mpiexec": [fake, "--oversubscribe", "--bind-to", "none"], "env": env}
+    driver.check("t", ranks=[1], profile="smoke", dims=["modes"], shrink=False,
+                 mpiexec="srun -p debug")
+    assert seen == {"mpiexec": ["srun", "-p", "debug"], "env": {}}
+
+
+def _nan(bits, dtype=np.float32):
+    return np.array(bits, f"u{np.dtype(dtype).itemsize}").view(dtype)
+
+
+def test_a_disagreement_names_its_elements_each_ranks_bits_and_its_class():
+    base = np.array([np.nan, 1.5, 0.0, 2.0, 3.0], np.float32)
+    results = [base.copy() for _ in range(3)]
+    results[2][0] = _nan(0x7fc00003)
+    where, kinds = judge.disagreement(results)
+    assert where.tolist() == [0] and kinds.tolist() == ["NaN payload"]
+    text = judge.describe_disagreement(results, where, kinds)
+    assert text == ("ranks' results differ bitwise at 1 of 5 elements (NaN payload only): "
+                    "[0] ranks 0,1 0x7fc00000 (nan), rank 2 0x7fc00003 (nan)")
+    results[1][2] = -0.0
+    results[0][3] = np.nextafter(np.float32(2), np.float32(3))
+    where, kinds = judge.disagreement(results)
+    assert where.tolist() == [0, 2, 3]
+    assert kinds.tolist() == ["NaN payload", "sign of zero", "numeric"]
+    text = judge.describe_disagreement(results, where, kinds, limit=5, ranks=[4, 5, 6])
+    assert "(NaN payload at 1, sign of zero at 1, numeric at 1)" in text
+    assert "[2] ranks 4,6 0x00000000 (0.0), rank 5 0x80000000 (-0.0)" in text
+    assert "[3] rank 4 0x40000001 (2.000000238418579), ranks 5,6 0x40000000 (2.0)" in text
+    allowed = np.isnan(np.stack(results)).all(axis=0)       # as --nan mpi has it
+    assert judge.disagreement(results, allowed)[0].tolist() == [2, 3]
+    halves = [np.array([np.nan], np.float16), _nan([0x7e03], np.float16)]
+    assert "rank 1 0x7e03 (nan)" in judge.describe_disagreement(halves,
+                                                                 *judge.disagreement(halves))
+    ints = [np.array([1, 2], np.int8), np.array([1, 3], np.int8)]
+    assert judge.disagreement(ints)[1].tolist() == ["numeric"]
+
+
+def _saturated(inputs, order=None):
+    info = np.iinfo(inputs[0].dtype)
+    order = order or range(len(inputs))
+    acc = np.zeros(inputs[0].size, np.int64)
+    for r in order:
+        acc = np.clip(acc + inputs[r], info.min, info.max)
+    return acc.astype(inputs[0].dtype)
+
+
+def test_integer_overflow_is_classified_against_cs_rules():
+    """Open MPI's saturating int8 and uint8 sums: the signed one a choice (passes under
+    --int-overflow any), the unsigned one a deviation from C under either rule."""
+    signed = [np.array([50, 100, -100, 3, 100], np.int8),
+              np.array([114, 100, -100, 4, -100], np.int8),
+              np.array([1, 1, 1, 1, 100], np.int8)]
+    got = _saturated(signed, [2, 0, 1])         # folded in another order than the ranks'
+    assert judge.may_overflow(np.stack(signed), "sum").tolist() == [True, True, True, False,
+                                                                     True]
+    assert judge.wrong(got, signed, "sum", "int8").tolist() == [0, 1, 2, 4]
+    assert judge.wrong(got, signed, "sum", "int8", int_overflow="any").size == 0
+    seen = judge.integer_arithmetic(got, signed, "sum")
+    assert seen == {"overflowing": 4, "wrap": 0, "saturate": 4, "other": 0, "wrong": 0}
+    rule = judge.broken_rule(got, signed, [0, 1, 2, 4], "sum", "int8", "propagate")
+    assert "of 4 elements whose sum overflows int8 in some order, 4 saturate" in rule
+    assert "--int-overflow any accepts" in rule
+    mixed = got.copy()
+    mixed[4] = 100                              # wraps (never left int8 in its order)
+    assert judge.integer_arithmetic(mixed, signed, "sum")["wrap"] == 1
+    assert judge.broken_rule(got, signed, [0], "sum", "int8", "propagate", "any") == ""
+    off = got.copy()
+    off[3] = 9                                  # wrong where nothing overflows: no rule passes
+    assert judge.wrong(off, signed, "sum", "int8", int_overflow="any").tolist() == [3]
+    assert judge.integer_arithmetic(off, signed, "sum")["wrong"] == 1
+    garbage = got.copy()
+    garbage[0] = 5
+    assert "1 do neither" in judge.broken_rule(garbage, signed, [0], "sum", "int8", "propagate")
+    unsigned = [np.array([232, 1, 200], np.uint8), np.array([40, 2, 200], np.uint8)]
+    sat = _saturated(unsigned)
+    for rule in judge.INT_OVERFLOW_RULES:
+        assert judge.wrong(sat, unsigned, "sum", "uint8", int_overflow=rule).tolist() == [0, 2]
+        text = judge.broken_rule(sat, unsigned, [0, 2], "sum", "uint8", "propagate", rule)
+        assert "2 saturate" in text and "a deviation from C under either" in text
+    wrapped = (unsigned[0] + unsigned[1]).astype(np.uint8)
+    assert judge.wrong(wrapped, unsigned, "sum", "uint8").size == 0
+    big = [np.array([2 ** 62, -3], np.int64)] * 3       # 64-bit: exact, unbounded
+    assert judge.may_overflow(np.stack(big), "sum").tolist() == [True, False]
+    assert judge.may_overflow(np.stack(big), "prod").tolist() == [True, False]
+    top = np.array([2 ** 63 - 1, -9], np.int64)
+    assert judge.integer_arithmetic(top, big, "sum")["saturate"] == 1
+    assert judge.wrong(top, big, "prod", "int64", int_overflow="any").tolist() == [1]
+    assert judge.may_overflow(np.stack([np.array([-128, 0, 2], np.int8)] * 2),
+                              "prod").tolist() == [True, False, False]
+
+
+def test_the_rules_are_checked_before_anything_runs():
+    with pytest.raises(ValueError, match="--int-overflow must be one of wrap, any"):
+        driver.check("t", ranks=[1], int_overflow="saturate", mpiexec="true")
+
+
+def test_a_standalone_reproducer_carries_its_data_and_imports_no_pyar():
+    from pyar.verify import standalone
+
+    case = {**C.BASE, "dim": "dtypes", "dtype": "uint8", "op": "sum", "count": 5}
+    text = standalone.script("mpi", 2, case, problems=["call 0: 5 of 5 elements wrong"])
+    compile(text, "repro.py", "exec")
+    imports = [line for line in text.splitlines() if line.startswith(("import", "from"))]
+    assert imports == ["import base64, importlib, importlib.util, os, sys, time, zlib",
+                       "import numpy as np", "from mpi4py import MPI"]
+    assert text.startswith("# timeout -k 5 60 mpiexec -n 2 python repro.py\n")
+    assert "# pyar verify saw: call 0: 5 of 5 elements wrong" in text
+    inputs = [C.contribution(case, r, 0) for r in range(2)]
+    assert f"np.array([{', '.join(str(int(v)) for v in inputs[1])}], DTYPE)" in text
+    wrapped = (inputs[0] + inputs[1]).astype(np.uint8)
+    assert f"EXPECTED = [np.array([{', '.join(str(int(v)) for v in wrapped)}], DTYPE)]" in text
+    assert "comm.Allreduce(send, result, OPS[op])" in text
+    large = standalone.script("pyar:ring", 3, {**case, "count": 1031, "dtype": "bfloat16",
+                                               "layout": "strided", "mode": "out",
+                                               "calls": 2, "interleave": True}, nan="mpi")
+    compile(large, "repro.py", "exec")
+    assert "import pyar     # the target is pyar's own ring" in large
+    assert "import ml_dtypes" in large and "unpack('" in large and "base[::2]" in large
+    assert "comm.Isend(m, dest=right, tag=tag)" in large and "out_buffer = np.full(" in large
+    assert "MPI defines no NaN payload" in large
+    expected, tolerance = judge.expectation([np.array([1.0, np.nan, 3e38], np.float32)] * 2,
+                                            "sum", "float32")
+    assert expected[0] == 2.0 and np.isnan(expected[1]) and tolerance[1] == 0
+    assert 0 < tolerance[0] < 1e-6 and tolerance[2] == np.inf      # 6e38 overflows: anything
+    expected, tolerance = judge.expectation([np.array([100, 1], np.int8)] * 2, "sum", "int8",
+                                            int_overflow="any")
+    assert expected.tolist() == [-56, 2] and tolerance.tolist() == [np.inf, 0]
+
+
+@pytest.mark.parametrize("profile", C.PROFILES)
+def test_the_race_cases_are_large_repeated_and_never_in_place(profile):
+    races = [c for c in C.sweep(3, profile) if c["dim"] == "races"]
+    assert races and all(c["race"] and c["calls"] == 3 for c in races)
+    assert all(c["count"] * C.dtype_of(c).itemsize > C.THRESHOLDS[0] for c in races)
+    assert max(c["count"] * 4 for c in races) > (256 << 10 if profile == "smoke" else 1 << 20)
+    assert not any(c["race"] for c in C.sweep(3, profile) if c["dim"] != "races")
+    assert not C.valid({**races[0], "mode": "inplace"})

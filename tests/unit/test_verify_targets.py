@@ -177,3 +177,123 @@ def test_the_command_says_what_it_expected(capsys):
                            "--ranks", "1", "--profile", "smoke", "--dims", "modes",
                            "--no-shrink"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "no module named 'nosuchmodule'" in proc.stdout
+
+
+def test_a_run_as_root_with_more_ranks_than_cores_starts_through_the_projects_launcher(
+        tmp_path, monkeypatch):
+    """The default mpiexec gets what its library needs: here a stand-in Open MPI mpiexec
+    that refuses, as Open MPI does, more ranks than cores without --oversubscribe and root
+    without its two variables, and otherwise runs the job through pyar/runtime/launch.py."""
+    import os
+
+    launcher = Path(__file__).parents[2] / "pyar" / "runtime" / "launch.py"
+    fake = tmp_path / "mpiexec"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "[ \"$1\" = --version ] && { echo 'mpiexec (Open MPI) 5.0.11'; exit 0; }\n"
+        "[ \"$1\" = --oversubscribe ] || { echo 'not enough slots available' >&2; exit 1; }\n"
+        "[ \"$(id -u)\" != 0 ] || [ \"$OMPI_ALLOW_RUN_AS_ROOT$OMPI_ALLOW_RUN_AS_ROOT_CONFIRM\" "
+        "= 11 ] || { echo 'prterun has detected an attempt to run as root' >&2; exit 1; }\n"
+        f"shift; MPIEXEC= exec {sys.executable} {launcher} \"$@\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("MPIEXEC", str(fake))
+    ranks = len(os.sched_getaffinity(0)) + 1
+    report = check(f"{HERE / 'correct.py'}:ring", ranks=[ranks], profile="smoke",
+                   dims=["modes"], case_timeout=30)
+    assert report, report.text()
+    refused = check(f"{HERE / 'correct.py'}:ring", ranks=[ranks], profile="smoke",
+                    dims=["modes"], mpiexec=str(fake), shrink=False)     # as given: refused
+    assert {r["verdict"] for r in refused.results} == {"crash"}, refused.text()
+    assert "not enough slots" in refused.text()
+
+
+LIBRARIES = HERE / "libraries.py"
+
+
+def test_saturating_sums_are_reported_as_saturation_and_uint8s_as_a_deviation_from_c():
+    """Open MPI's vector path, emulated: int8 and uint8 sums saturate. Under --int-overflow
+    wrap both fail as saturation; under any, int8 passes (C leaves signed overflow undefined)
+    and uint8 fails as a deviation from C; nothing else fails."""
+    for rule, failing in (("wrap", {"int8", "uint8"}), ("any", {"uint8"})):
+        report = check(f"{LIBRARIES}:saturating", ranks=[2], profile="quick", dims=["dtypes"],
+                       shrink=False, int_overflow=rule)
+        failed = {r["case"]["dtype"]: " ".join(r["problems"]) for r in report.failures}
+        assert set(failed) == failing, report.text()
+        assert all(r["case"]["op"] == "sum" for r in report.failures)
+        assert "saturate" in failed["uint8"] and "a deviation from C" in failed["uint8"]
+        if rule == "wrap":
+            assert "saturate" in failed["int8"] and "--int-overflow any accepts" in failed["int8"]
+        assert f"--int-overflow {rule}" in report.text()
+
+
+def test_a_nan_payload_disagreement_fails_under_pyars_rule_and_passes_under_mpis():
+    """MPICH's recursive doubling, emulated: ranks' NaNs differ in payload only."""
+    strict = check(f"{LIBRARIES}:nan_payload", ranks=[3], profile="smoke", dims=["values"],
+                   shrink=False)
+    assert strict.failures and all(r["case"]["values"] == "special" for r in strict.failures)
+    for r in strict.failures:
+        text = " ".join(r["problems"])
+        assert "differ bitwise" in text and "(NaN payload only)" in text, text
+        assert "rank 1 0x" in text and "--nan mpi accepts this" in text, text
+    loose = check(f"{LIBRARIES}:nan_payload", ranks=[3], profile="smoke", dims=["values"],
+                  shrink=False, nan="mpi")
+    assert loose, loose.text()
+
+
+def _run_standalone(script, ranks, tmp_path, name):
+    """Run a standalone reproducer with pyar made unimportable: (exit status, output)."""
+    path = tmp_path / name
+    path.write_text(script)
+    mpiexec = Path(sys.executable).with_name("mpiexec")
+    no_pyar = f"import sys; sys.modules['pyar'] = None; sys.argv = [{str(path)!r}]; " \
+              f"exec(compile(open({str(path)!r}).read(), {str(path)!r}, 'exec'))"
+    proc = subprocess.run(["timeout", "-k", "5", "60", str(mpiexec), "-n", str(ranks),
+                           sys.executable, "-c", no_pyar], capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", list(BUGS))
+def test_each_shrunk_case_is_a_standalone_script_that_fails_without_pyar_and_passes_the_ring(
+        broken, name, tmp_path):
+    from pyar.verify import standalone
+
+    report, _ = broken
+    (first, *_) = [r["smallest"] for r in _of(report, name) if r.get("smallest")]
+    assert "pyar" not in "".join(line for line in first["standalone"].splitlines()
+                                 if line.startswith(("import", "from")))
+    rc, out = _run_standalone(first["standalone"], first["ranks"], tmp_path, "bug.py")
+    assert rc == 1 and "rank " in out, out
+    ring = standalone.script(f"{HERE / 'correct.py'}:ring", first["ranks"], first["case"])
+    rc, out = _run_standalone(ring, first["ranks"], tmp_path, "ring.py")
+    assert rc == 0, out
+
+
+def test_a_send_buffer_reused_before_its_send_completes_is_caught_at_large_counts(tmp_path):
+    """Both races of broken.py (a staging buffer refilled before its Isend is waited for; x
+    sent and left in flight at return) fail the races dimension at 3 ranks, and no other at
+    smoke's counts; the correct targets and MPI_Allreduce pass it at 1 and 3 ranks (no false
+    alarm). The first race's standalone reproducer fails, and passes on the ring. (At 2
+    ranks a rank's left and right neighbours are one rank, late or not: the staging race
+    shows by chance there.)"""
+    from pyar.verify import standalone
+
+    broken = [f"{BROKEN}:reused_send", f"{BROKEN}:unwaited_send"]
+    correct = [f"{HERE / 'correct.py'}:ring", f"{HERE / 'correct.py'}:mpi_nan", "mpi"]
+    report = check(broken + correct, ranks=[1, 3], profile="quick", dims=["races"],
+                   shrink=False, nan="mpi")
+    verdicts = {(v["target"], v["ranks"]): v["verdict"] for v in report.verdicts()}
+    for target in broken:
+        assert verdicts[target, 3] == "failed", report.text()
+        assert verdicts[target, 1] == "passed", report.text()
+    assert all(verdicts[t, n] == "passed" for t in correct for n in (1, 3)), report.text()
+    counts = {r["case"]["count"] for r in report.failures}
+    assert counts == {(1 << 20) // 4 + 1, (64 << 10) // 4 + 1}, report.text()
+    quiet = check(broken, ranks=[3], profile="smoke", dims=["counts", "repeat"],
+                  shrink=False)
+    assert quiet, "found without the races dimension:\n" + quiet.text()
+    (race, *_) = [r for r in report.failures if r["target"] == broken[0]]
+    script = standalone.script(broken[0], 3, race["case"])
+    assert _run_standalone(script, 3, tmp_path, "race.py")[0] == 1
+    script = standalone.script(correct[0], 3, race["case"])
+    assert _run_standalone(script, 3, tmp_path, "ring.py")[0] == 0

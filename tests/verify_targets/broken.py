@@ -9,7 +9,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from correct import finish, private, ring, ring_blocks, widen  # noqa: E402
+from correct import FOLD, as_bytes, finish, private, ring, ring_blocks, widen  # noqa: E402
 
 SEGMENT = 1 << 14       # elements: 64 KiB of float32
 
@@ -137,3 +137,63 @@ def deadlock_at_3(x, comm, op="sum", out=None):
         c = private(comm)
         c.Recv(np.empty(1), source=(c.Get_rank() - 1) % 3, tag=5)
     return ring(x, comm, op, out)
+
+
+def reused_send(x, comm, op="sum", out=None):
+    """A ring whose blocks above 16 Ki elements go out from one staging buffer, refilled for
+    the next step before the previous step's Isend is waited for: right where the library
+    copies a send at once (eager: small messages), wrong where it sends by rendezvous from
+    the buffer once the receiver is ready (large messages, a receiver late)."""
+    c = private(comm)
+    size, rank = c.Get_size(), c.Get_rank()
+    data = widen(x)
+    if size == 1 or data.size // size <= SEGMENT:
+        return ring(x, comm, op, out)
+    edges = [data.size * b // size for b in range(size + 1)]
+    block = lambda b: data[edges[b % size]:edges[b % size + 1]]     # noqa: E731
+    staging = np.empty(data.size // size + 1, data.dtype)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    pending = None
+    with np.errstate(all="ignore"):
+        for phase in ("reduce", "gather"):
+            for s in range(size - 1):
+                send = block(rank - s) if phase == "reduce" else block(rank + 1 - s)
+                into = block(rank - s - 1) if phase == "reduce" else block(rank - s)
+                staging[:send.size] = send          # the bug: the last Isend may still read it
+                if pending is not None:
+                    pending.Wait()
+                pending = c.Isend(as_bytes(staging[:send.size]), right, 3)
+                incoming = np.empty_like(into)
+                c.Recv(as_bytes(incoming), left, 3)
+                into[...] = FOLD[op](into, incoming) if phase == "reduce" else incoming
+        pending.Wait()
+        return finish(x, data, op, size, out)
+
+
+_UNWAITED = []
+
+
+def unwaited_send(x, comm, op="sum", out=None):
+    """Sends x itself to every other rank and returns without waiting for those sends above
+    16 Ki elements (it waits for them at its next call): the caller reusing x at once
+    changes what the others receive. Below, and for a library that copies each send at
+    once, right: every rank folds every x in rank order."""
+    c = private(comm)
+    size, rank = c.Get_size(), c.Get_rank()
+    while _UNWAITED:
+        _UNWAITED.pop().Wait()
+    mine = np.ascontiguousarray(x).reshape(-1)
+    if size == 1 or mine.size <= SEGMENT or not np.shares_memory(mine, x):
+        return ring(x, comm, op, out)
+    sends = [c.Isend(as_bytes(mine), (rank + k) % size, 4) for k in range(1, size)]
+    parts = [None] * size
+    parts[rank] = mine
+    for k in range(1, size):
+        parts[(rank - k) % size] = np.empty_like(mine)
+        c.Recv(as_bytes(parts[(rank - k) % size]), (rank - k) % size, 4)
+    _UNWAITED.extend(sends)
+    data = widen(parts[0])
+    with np.errstate(all="ignore"):
+        for part in parts[1:]:
+            data = FOLD[op](data, widen(part))
+        return finish(x, data, op, size, out)

@@ -84,27 +84,20 @@ def _number(kind, least: float, strict: bool, what: str):
     return parse
 
 
-def _cuda_aware(name: str, text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError(f"{name} must be 0 (stage device buffers through host memory) or 1 "
-                         f"(hand them to MPI), got {text!r}")
-    return text == "1"
+def _switch(off: str, on: str):
+    """A parser of 0 or 1 (False or True), 0 meaning ``off`` and 1 ``on`` in its error."""
+    def parse(name: str, text: str) -> bool:
+        if text not in ("0", "1"):
+            raise ValueError(f"{name} must be 0 ({off}) or 1 ({on}), got {text!r}")
+        return text == "1"
+    return parse
 
 
-def _cma(name: str, text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError(f"{name} must be 0 (large messages through shared-memory mailboxes) or "
-                         f"1 (read from the sender's memory where the kernel allows, at any "
-                         f"size), got {text!r}")
-    return text == "1"
-
-
-def _reproducible(name: str, text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError(f"{name} must be 0 (float sums in the algorithm's order) or 1 "
-                         f"(reproducible sums: the same bits whatever the algorithm and rank "
-                         f"count), got {text!r}")
-    return text == "1"
+_cuda_aware = _switch("stage device buffers through host memory", "hand them to MPI")
+_cma = _switch("large messages through shared-memory mailboxes",
+               "read from the sender's memory where the kernel allows, at any size")
+_reproducible = _switch("float sums in the algorithm's order", "reproducible sums: the same "
+                        "bits whatever the algorithm and rank count")
 
 
 def subsystems(text: str) -> set[str]:

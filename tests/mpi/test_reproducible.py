@@ -45,9 +45,11 @@ def in_one_process(xs, divisor=1):
 @pytest.mark.sweep
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_gives_the_bits_of_the_one_process_sum(comm, algorithm):
+    """Counts up to 1 Mi (from 8 ranks, where a 1 Mi call of every algorithm takes minutes of
+    a 2-core machine, up to 64 Ki)."""
     for dtype in DTYPES:
         for count in sorted({0, 1, comm.size + 1, 1000, 65537} |
-                            ({1 << 20} if dtype.itemsize == 4 else set())):
+                            ({1 << 20} if dtype.itemsize == 4 and comm.size <= 5 else set())):
             x = contribution(comm.rank, count, dtype)
             got = pyar.allreduce(x, algorithm=algorithm, reproducible=True)
             want = in_one_process([contribution(r, count, dtype) for r in range(comm.size)])

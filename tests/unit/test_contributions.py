@@ -9,24 +9,11 @@ from pyar import cli, collectives
 from pyar.algorithms import algorithms, builder as algorithms_builder
 from pyar.cli import sim as workbench
 from pyar.core.schedule import Chunk, Recv, Send, Step
-from pyar.core.topology import Topology
 from pyar.model import contributions, sim
 
+from sim_cases import case
+
 CASES = [(c, a) for c in collectives.names() for a in algorithms(c) if a != "mpi"]
-
-
-def _case(collective, name, n, c, root):
-    record = collectives.collective(collective)
-    moves = record.count(1, n) > 0
-    shape = record.shapes(n, c)[0] if moves else (0,)
-    x_count = int(np.prod(shape))
-    topology = Topology.regular(n, 3) if n > 3 else None
-    schedule = pyar.schedule(name, n, record.count(x_count, n) if moves else 0,
-                             collective=collective, topology=topology,
-                             root=root % n if record.rooted else 0)
-    inputs = workbench.samples(n, x_count, "int64", "sum").reshape(n, *shape) if moves \
-        else None
-    return record, schedule, inputs
 
 
 def _wrong_in_data(record, schedule, inputs):
@@ -41,7 +28,7 @@ def _wrong_in_data(record, schedule, inputs):
 @given(n=st.integers(1, 19), c=st.integers(0, 40), root=st.integers(0, 18))
 def test_contribution_and_data_modes_agree(collective, name, n, c, root):
     """Every algorithm: the same traffic as data mode, and both find its result right."""
-    record, schedule, inputs = _case(collective, name, n, c, root)
+    record, schedule, inputs = case(collective, name, n, c, root)
     result = pyar.simulate_contributions(schedule, "int64")
     assert result.verdict.ok, result.verdict
     assert result.outputs == [None] * n

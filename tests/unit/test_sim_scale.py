@@ -11,6 +11,8 @@ from pyar.algorithms import algorithms, builder
 from pyar.core.schedule import Chunk, Recv, Send, Step, Table
 from pyar.core.topology import Topology
 
+from sim_cases import case
+
 COLLECTIVES = [c for c in collectives.names()]
 CASES = [(c, a) for c in COLLECTIVES for a in algorithms(c) if a != "mpi"]
 
@@ -21,16 +23,7 @@ CASES = [(c, a) for c in COLLECTIVES for a in algorithms(c) if a != "mpi"]
 def test_traffic_only_and_data_modes_agree(collective, name, n, c, root):
     """Counts, bytes, steps of both modes are equal, and equal those of the step lists (a
     message to the rank itself is a local copy, no traffic)."""
-    record = collectives.collective(collective)
-    moves = record.count(1, n) > 0
-    shape = record.shapes(n, c)[0] if moves else (0,)
-    x_count = int(np.prod(shape))
-    topology = Topology.regular(n, 3) if n > 3 else None
-    schedule = pyar.schedule(name, n, record.count(x_count, n) if moves else 0,
-                             collective=collective, topology=topology,
-                             root=root % n if record.rooted else 0)
-    inputs = workbench.samples(n, x_count, "int64", "sum").reshape(n, *shape) if moves \
-        else None
+    record, schedule, inputs = case(collective, name, n, c, root)
     full = pyar.simulate(schedule, inputs)
     bare = pyar.simulate(schedule, "int64", data=False)
     assert full.stats == bare.stats

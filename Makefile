@@ -69,10 +69,12 @@ run: $(VENV)/.kernels
 TEST_JOBS ?= 2
 test: $(VENV)/.kernels lint-imports
 	$(PY) -m pytest tests --ignore=tests/test_mpi_matrix.py -n $(TEST_JOBS) --dist loadscope \
-	  --durations=20
+	  --durations=20 -m "not full"
 	$(PY) -m pytest tests/test_mpi_matrix.py -v -m "not full"
 
 test-all: test
+	$(PY) -m pytest tests --ignore=tests/test_mpi_matrix.py -n $(TEST_JOBS) --dist loadscope \
+	  -m full
 	$(PY) -m pytest tests/test_mpi_matrix.py -v -m full
 
 # The layers contract (.importlinter, docs/architecture.md): imports only go down, and nothing

@@ -44,8 +44,9 @@ def pytest_configure(config):
                                        "make test-quick leaves these out")
     config.addinivalue_line("markers", "sweep: enumerated cases that PYAR_TEST_SHARD splits "
                                        "between runs (tests/mpi/conftest.py)")
-    config.addinivalue_line("markers", "full: a run of the MPI matrix that only make test-all "
-                                       "runs (tests/test_mpi_matrix.py)")
+    config.addinivalue_line("markers", "full: what only make test-all runs: the rest of the "
+                                       "MPI matrix (tests/test_mpi_matrix.py) and of the "
+                                       "exhaustive sweeps (tests/helpers/tiers.py)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -7,6 +7,7 @@ from hypothesis import given, strategies as st
 import pyar
 from pyar.core.ops import DTYPES, HALF, Op, is_float
 from pyar.verify import describe, magnitude, mismatches, reference, sample
+from tiers import sizes_up_to_64
 
 SCHEDULED = [a for a in pyar.algorithms() if a != "mpi"]
 
@@ -28,7 +29,7 @@ def check_allreduce(algorithm, size, count, op, dtype, seed=0):
 
 
 @pytest.mark.parametrize("algorithm", SCHEDULED)
-@pytest.mark.parametrize("size", range(1, 65))
+@pytest.mark.parametrize("size", sizes_up_to_64())
 def test_every_size_up_to_64(algorithm, size):
     for count in (0, 1, size - 1, size, 3 * size + 1, 1000):
         check_allreduce(algorithm, size, count, Op.SUM, np.int32)

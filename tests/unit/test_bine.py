@@ -10,6 +10,7 @@ import pyar
 from pyar import collectives
 from pyar.model import cost
 from pyar.algorithms import _bine, _swing
+from tiers import sizes_up_to_64, tiered
 
 COLLECTIVES = ["bcast", "reduce", "allreduce", "reduce_scatter", "allgather"]
 PARAMS = cost.Params(alpha=2.0**-10, beta=2.0**-20, gamma={"float32": 2.0**-24}, delta=2.0**-12)
@@ -71,7 +72,7 @@ def test_the_tree_flips_equal_low_digits_at_swings_distances(pof2):
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
-@pytest.mark.parametrize("size", range(1, 65))
+@pytest.mark.parametrize("size", sizes_up_to_64())
 def test_every_size_up_to_64(collective, size):
     for n in (0, 1, size - 1, 3 * size + 1):
         run(collective, size, n)
@@ -81,7 +82,7 @@ def test_every_size_up_to_64(collective, size):
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
-@pytest.mark.parametrize("size", [100, 255, 1000, 1024])
+@pytest.mark.parametrize("size", tiered([100, 255, 1000, 1024], {100, 1024}))
 def test_large_rank_counts(collective, size):
     run(collective, size, 3 if collective == "allgather" else 2 * size + 5,
         root=size // 3 if collective in ("bcast", "reduce") else 0)

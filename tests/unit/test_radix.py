@@ -15,6 +15,7 @@ from pyar.model import cost, tuner
 
 from test_algorithms import check_allreduce
 from test_collectives import check
+from tiers import sizes_up_to_64
 
 RADIXES = (2, 3, 4, 8)
 TREES = ("allreduce", "bcast", "reduce")
@@ -22,17 +23,17 @@ TREES = ("allreduce", "bcast", "reduce")
 
 @pytest.mark.parametrize("k", RADIXES)
 @pytest.mark.parametrize("collective", TREES)
-def test_knomial_at_every_size_up_to_64(collective, k):
+@pytest.mark.parametrize("size", sizes_up_to_64())
+def test_knomial_at_every_size_up_to_64(collective, k, size):
     name = f"knomial:k={k}"
-    for size in range(1, 65):
-        if collective == "allreduce":
-            for count in (0, 1, size + 1):
-                check_allreduce(name, size, count, Op.SUM, np.int32)
-            check_allreduce(name, size, 2 * size + 3, Op.SUM, np.float64)
-        else:
-            for count in (0, 1, size - 1, 3 * size + 1):
-                check(collective, name, size, count, root=(size - 1) // 2)
-            check(collective, name, size, 7, Op.SUM, np.float64, root=size - 1)
+    if collective == "allreduce":
+        for count in (0, 1, size + 1):
+            check_allreduce(name, size, count, Op.SUM, np.int32)
+        check_allreduce(name, size, 2 * size + 3, Op.SUM, np.float64)
+    else:
+        for count in (0, 1, size - 1, 3 * size + 1):
+            check(collective, name, size, count, root=(size - 1) // 2)
+        check(collective, name, size, 7, Op.SUM, np.float64, root=size - 1)
 
 
 @pytest.mark.parametrize("k", RADIXES)

@@ -118,14 +118,18 @@ def _section(data, label) -> list[str]:
         lines.append(f"| {v['ranks']} | " + " | ".join(map(str, counts))
                      + f" | {v['not_run']} | {v['verdict']} |")
     lines += ["", f"{len(results)} cases in {data['seconds']:.0f} s."]
-    declined = {}
+    declined, words = {}, {}
     for r in results:
         if r["verdict"] == "unsupported":
-            declined.setdefault(r.get("unsupported", ""), set()).add(
-                f"{r['case']['dtype']} {r['case']['op']}")
+            ops = declined.setdefault(r["case"]["dtype"], [])
+            if r["case"]["op"] not in ops:
+                ops.append(r["case"]["op"])
+            words.setdefault(r.get("unsupported", ""), r["case"]["dtype"])
     if declined:
-        lines += ["", "**Unsupported** (the target declines them: not run, not failed):", ""]
-        lines += [f"- {', '.join(sorted(cases))}: {why}" for why, cases in declined.items()]
+        lines += ["", f"**Unsupported** (the target declines them: not run, not failed): "
+                      f"{sum(r['verdict'] == 'unsupported' for r in results)} cases, "
+                  + ", ".join(f"{d} ({' '.join(ops)})" for d, ops in declined.items())
+                  + f". It says{', e.g.' if len(words) > 1 else ''}: `{next(iter(words))}`."]
     groups = {}
     for r in results:
         if r["verdict"] not in ("pass", "unsupported"):

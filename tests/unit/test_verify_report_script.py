@@ -50,7 +50,8 @@ def test_the_page_says_what_each_target_gave_and_holds_its_reproducers(tmp_path)
     assert "| [mpi:ring](#mpich-502-mpiring) | 3 | 1 | 1 | 1 | 0 | 2 failed |" in text
     assert "### MPICH 5.0.2: mpi:ring" in text and "| 2 | 1 | 1 | 1 | 0 | 0 | 0 | 0 | failed |" \
         in text
-    assert "- float16 sum: MPI has no float16 or bfloat16" in text
+    assert "not run, not failed): 1 cases, float16 (sum). It says: `MPI has no float16 or " \
+           "bfloat16`." in text
     assert "- of 18 elements whose sum overflows uint8 in some order, 16 saturate, 2 wrap: " \
            "C's unsigned arithmetic wraps (modulo 2**8): 1 cases (ranks 2)" in text
     fences = re.findall(r"<!-- skip: [^>]+ -->\n```python\n(.*?)```", text, re.S)

@@ -21,8 +21,9 @@ MPI_Init (a job per distinct setting):
   communicator.
 
 Every rank checks that its setting arrived: the variable in its environment, and where the
-library's MPI_T reads it (MPICH's control variables), the value MPI_Init parsed
-(:func:`pyar.verify.worker.resolve`).
+library's MPI_T reads it (MPICH's control variable, Open MPI's
+``coll_tuned_allreduce_algorithm``), the value MPI_Init parsed
+(:func:`pyar.verify.worker.forced_here`).
 """
 
 from __future__ import annotations

@@ -85,8 +85,9 @@ def resolve(spec: str, collective: str = "allreduce"):
 
 def forced_here(spec: str) -> None:
     """Check that ``mpi:ALGO``'s setting reached this rank: in its environment, and where
-    MPI_T reads it (MPICH), in the value MPI_Init parsed; ValueError saying what is missing
-    (e.g. a reproducer run without the variables its first line sets)."""
+    MPI_T reads it (MPICH's control variable, Open MPI's MCA variable), in the value
+    MPI_Init parsed; ValueError saying what is missing (e.g. a reproducer run without the
+    variables it sets)."""
     family = current().family
     wanted = targets.setting(spec, family)
     missing = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
@@ -94,13 +95,14 @@ def forced_here(spec: str) -> None:
         raise ValueError(f"{spec}: set {' '.join(f'{k}={v}' for k, v in missing.items())} in "
                          f"the job's environment, before MPI_Init (this rank has "
                          f"{', '.join(f'{k}={os.environ.get(k)!r}' for k in missing)})")
-    if family == "mpich":
-        parsed = read_cvar(targets.MPICH_VARIABLE)
-        expected = targets.MPICH_ENUM.index(spec[4:])
-        if parsed is not None and parsed != expected:
-            names = dict(enumerate(targets.MPICH_ENUM))
-            raise ValueError(f"{spec}: MPICH parsed {targets.MPICH_VARIABLE} as "
-                             f"{names.get(parsed, parsed)!r}, not {spec[4:]!r}")
+    names = dict(enumerate(targets.MPICH_ENUM)) if family == "mpich" else \
+        {n: a for a, n in targets.OPENMPI_ALGORITHMS.items()}
+    variable = targets.MPICH_VARIABLE if family == "mpich" else \
+        targets.OPENMPI_VARIABLE.removeprefix("OMPI_MCA_")
+    parsed = read_cvar(variable)
+    if parsed is not None and names.get(parsed) != spec[4:]:
+        raise ValueError(f"{spec}: the library parsed {variable} as "
+                         f"{names.get(parsed, parsed)!r}, not {spec[4:]!r}")
 
 
 def mpi_allreduce(x, comm, op="sum", out=None):

@@ -117,7 +117,16 @@ def test_mpich_forced_algorithms_run_and_reach_every_rank():
         for r in report.failures), report.text()
     assert {(d, o) for d, o in report.unsupported()["mpi:ring"]} == {
         ("float16", "sum"), ("float16", "max"), ("bfloat16", "sum"), ("bfloat16", "max")}
-    # without its setting the same target is an error on every rank, saying what to set
+
+
+@pytest.mark.mpiexec
+def test_a_forced_algorithm_without_its_setting_is_an_error_saying_what_to_set():
+    """Every rank checks its setting arrived (MPICH or Open MPI): a job started without it
+    (as a reproducer run by hand might be) cannot pass for the algorithm."""
+    family = T.library_family()
+    if not T.mpi_algorithms(family):
+        pytest.skip("MPICH's and Open MPI's algorithms")
+    wanted = " ".join(f"{k}={v}" for k, v in T.setting("mpi:ring", family).items())
     command, env = driver.default_mpiexec()
     job = driver.Job(2, command, env=env)
     try:
@@ -125,8 +134,7 @@ def test_mpich_forced_algorithms_run_and_reach_every_rank():
     finally:
         job.stop()
     assert result["verdict"] == "error", result
-    assert "set MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring in the job's environment" in \
-        result["problems"][0]
+    assert f"set {wanted} in the job's environment" in result["problems"][0]
 
 
 @pytest.mark.mpiexec

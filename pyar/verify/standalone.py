@@ -4,7 +4,9 @@ bug tracker as it is.
 :func:`script` writes each rank's inputs into the script (as numbers up to
 :data:`INLINE` elements, else as zlib-compressed base64 of their bytes), the expected
 result and its tolerance per element (:func:`pyar.verify.judge.expectation`), the target's
-call (the MPI library's own collective written out in mpi4py; a user's ``module:function``
+call (the MPI library's own collective written out in mpi4py, ``mpi:ALGO``'s with its
+algorithm's variables set before MPI_Init; ``torch:BACKEND``'s ``dist.all_reduce`` on a
+process group of COMM_WORLD's ranks, which needs torch; a user's ``module:function``
 imported; ``pyar:ALGO`` imports pyar, being pyar's), the case's layout, ``out`` mode, calls
 in a row, the user's own messages, a race case's late ranks and reused x, and a check that
 prints each rank's mismatches and exits 1 while the target fails, 0 once it passes. Every
@@ -37,10 +39,12 @@ INLINE = 32         # elements per array written as numbers; above, compressed b
 
 
 def script(target: str, ranks: int, case: dict, load=(), nan: str = "propagate",
-           int_overflow: str = "wrap", problems=(), name: str = "repro.py") -> str:
+           int_overflow: str = "wrap", problems=(), name: str = "repro.py",
+           setting=None) -> str:
     """The standalone script ``name`` that runs ``case`` of ``target`` on ``ranks`` ranks
     and checks it as :mod:`pyar.verify` does (``problems``: what pyar verify saw, quoted in
-    its head)."""
+    its head); it sets ``setting``'s variables (``mpi:ALGO``'s algorithm) before
+    MPI_Init."""
     collective, dtype = case["collective"], C.dtype_of(case)
     calls = [[C.contribution(case, r, call) for r in range(ranks)]
              for call in range(case["calls"])]
@@ -62,6 +66,8 @@ def script(target: str, ranks: int, case: dict, load=(), nan: str = "propagate",
         "# Exit status 1 while it fails, 0 once it passes; each rank prints its mismatches.",
         *(f"# pyar verify saw: {p[:300]}" for p in list(problems)[:3]),
         "import base64, importlib, importlib.util, os, sys, time, zlib",
+        *([f"os.environ.update({dict(setting)!r})     # before MPI_Init: the algorithm"]
+          if setting else []),
         "",
         "import numpy as np",
         "from mpi4py import MPI",
@@ -179,9 +185,43 @@ def target(x, comm, op="sum", out=None):
 }
 
 
+_TORCH_CALL = '''import datetime
+
+import torch
+import torch.distributed as dist
+
+OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}
+BACKEND = %r
+
+
+def target(x, comm, op="sum", out=None):
+    """torch.distributed.all_reduce on BACKEND's process group of COMM_WORLD's ranks."""
+    if not dist.is_initialized():
+        world, wait = MPI.COMM_WORLD, datetime.timedelta(seconds=60)
+        store = dist.TCPStore("127.0.0.1", 0, world.size, is_master=True, timeout=wait,
+                              wait_for_workers=False) if world.rank == 0 else None
+        port = world.bcast(store.port if store else None, root=0)
+        store = store or dist.TCPStore("127.0.0.1", port, world.size, timeout=wait)
+        dist.init_process_group(BACKEND, store=store, rank=world.rank,
+                                world_size=world.size, timeout=wait)
+    work = np.array(x, order="C", copy=True)
+    t = torch.from_numpy(work.view(np.int16)).view(torch.bfloat16) \\
+        if work.dtype.name == "bfloat16" else torch.from_numpy(work)
+    on = t.cuda(MPI.COMM_WORLD.rank %% torch.cuda.device_count()) if BACKEND == "nccl" else t
+    dist.all_reduce(on, op=getattr(dist.ReduceOp, OPS[op]))
+    t.copy_(on.cpu())
+    if out is None:
+        return work
+    out[...] = work
+    return out'''
+
+
 def _target_code(target: str, collective: str, load) -> str:
-    if target == "mpi":
+    if target == "mpi" or target.startswith("mpi:"):
         return _MPI_CALLS[collective]
+    if target.startswith("torch:"):
+        return (("import pyar.torch     # registers the backend pyar\n" if target == "torch:pyar"
+                 else "") + _TORCH_CALL % target[6:])
     if target.startswith("pyar:"):
         loads = (f"from pyar.algorithms import msccl\nmsccl.load_all({list(load)!r})\n"
                  if load else "")

@@ -19,14 +19,15 @@ A target is, by the case's collective (``comm`` an mpi4py communicator, ``op`` a
 - ``allgather(x, comm, out=None)``: every rank's x, stacked: shape ``(size, *x.shape)``.
 
 ``out``, another array, is the result's shape and must hold it. A target may raise
-NotImplementedError for a dtype or op it does not offer (the case is then skipped, not
-failed).
+NotImplementedError for a dtype or op it does not offer: the case's verdict is then
+``unsupported`` (with the exception's words), not a failure.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -39,16 +40,29 @@ from ..algorithms import check_name, msccl
 from ..collectives import block, collective as record
 from ..core import loader
 from ..runtime.baseline import typed
-from . import cases as C, judge
+from ..runtime.library import current, read_cvar
+from . import cases as C, judge, targets, torch_target
 
 USER_WAIT = 10.0        # seconds the user's own messages may take to arrive after a call
 
 
 def resolve(spec: str, collective: str = "allreduce"):
-    """The callable a TARGET names for ``collective``: ``mpi``, ``pyar:ALGO`` or
+    """The callable a TARGET names for ``collective``: ``mpi``, ``mpi:ALGO`` (MPI_Allreduce
+    with ALGO forced: :mod:`pyar.verify.targets`; ValueError unless this rank's MPI library
+    got the setting), ``torch:BACKEND`` (:mod:`pyar.verify.torch_target`), ``pyar:ALGO`` or
     ``module:function`` / ``path.py:function`` (through :mod:`pyar.core.loader`)."""
     if spec == "mpi":
         return MPI_TARGETS[collective]
+    if spec.startswith(("mpi:", "torch:")):
+        if collective != "allreduce":
+            raise ValueError(f"target {spec!r} is an allreduce; for --collective {collective}"
+                             f" the library's own is the target mpi")
+        if spec.startswith("torch:"):
+            targets.setting(spec, "")                   # ValueError for an unknown backend
+            torch_target.group(spec[6:])                # (collective: every rank is here)
+            return torch_target.make(spec[6:])
+        forced_here(spec)
+        return mpi_allreduce
     if spec.startswith("pyar:"):
         name = spec[5:]
         if name != "auto":
@@ -67,6 +81,28 @@ def resolve(spec: str, collective: str = "allreduce"):
     if not callable(target):
         raise ValueError(f"target {spec!r} is not callable (got {type(target).__name__})")
     return target
+
+
+def forced_here(spec: str) -> None:
+    """Check that ``mpi:ALGO``'s setting reached this rank: in its environment, and where
+    MPI_T reads it (MPICH's control variable, Open MPI's MCA variable), in the value
+    MPI_Init parsed; ValueError saying what is missing (e.g. a reproducer run without the
+    variables it sets)."""
+    family = current().family
+    wanted = targets.setting(spec, family)
+    missing = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
+    if missing:
+        raise ValueError(f"{spec}: set {' '.join(f'{k}={v}' for k, v in missing.items())} in "
+                         f"the job's environment, before MPI_Init (this rank has "
+                         f"{', '.join(f'{k}={os.environ.get(k)!r}' for k in missing)})")
+    names = dict(enumerate(targets.MPICH_ENUM)) if family == "mpich" else \
+        {n: a for a, n in targets.OPENMPI_ALGORITHMS.items()}
+    variable = targets.MPICH_VARIABLE if family == "mpich" else \
+        targets.OPENMPI_VARIABLE.removeprefix("OMPI_MCA_")
+    parsed = read_cvar(variable)
+    if parsed is not None and names.get(parsed) != spec[4:]:
+        raise ValueError(f"{spec}: the library parsed {variable} as "
+                         f"{names.get(parsed, parsed)!r}, not {spec[4:]!r}")
 
 
 def mpi_allreduce(x, comm, op="sum", out=None):
@@ -152,12 +188,13 @@ class Runner:
         comm = self.world.Dup()
         results, self._returned = [], []
         try:
-            local, results, skipped = self._calls(spec, case, comm, nan, int_overflow)
+            local, results, declined = self._calls(spec, case, comm, nan, int_overflow)
         except Exception as e:          # the verifier's own trouble, e.g. a bad target
-            local, skipped = [f"rank {self.world.Get_rank()}: {_one_line(e)}"], False
+            local, declined = [f"rank {self.world.Get_rank()}: {_one_line(e)}"], ""
         digests = [hashlib.sha1(r.view(np.uint8)).hexdigest() if r is not None else ""
                    for r in results]
-        everyone = self._allgather({"problems": local, "digests": digests, "skipped": skipped})
+        everyone = self._allgather({"problems": local, "digests": digests,
+                                   "declined": declined})
         problems = [p for r in everyone for p in r["problems"]]
         if case.get("race"):            # every rank has returned: did a result change since?
             changed = [f"{where}: the result changed after the call returned (a receive into "
@@ -165,11 +202,12 @@ class Runner:
                        if not _same_bits(flat, np.ascontiguousarray(result).reshape(-1))]
             problems += [p for r in self._allgather(changed) for p in r]
         problems += self._disagreements(case, everyone, results, nan)
-        skip = any(r["skipped"] for r in everyone) and not problems
-        verdict = "skip" if skip else ("fail" if problems else "pass")
+        declined = next((r["declined"] for r in everyone if r["declined"]), "")
+        verdict = "fail" if problems else ("unsupported" if declined else "pass")
         if verdict != "fail":                   # a failed call's leftovers may be in flight
             comm.Free()
         return {"verdict": verdict, "problems": problems[:8],
+                **({"unsupported": declined} if verdict == "unsupported" else {}),
                 "seconds": round(time.perf_counter() - start, 4)}
 
     def _disagreements(self, case, everyone, results, nan) -> list:
@@ -227,7 +265,7 @@ class Runner:
     def _calls(self, spec, case, comm, nan, int_overflow="wrap"):
         """Every call of ``case``: the problems seen here, each call's result, flat, where
         every rank must hold the same bits (allreduce's; None where a call gave none) and
-        whether the target declined the case.
+        the target's words where it declined the case (NotImplementedError), else "".
 
         allreduce: rank 0 judges the values; under ``nan="mpi"`` on float max/min every
         rank judges its own (ranks may differ there: :meth:`_disagreements`).
@@ -259,12 +297,12 @@ class Runner:
                 time.sleep(C.LATE * ((rank + call) % size))
             try:
                 result = target(x, comm, out=out, **args)
-            except NotImplementedError:
+            except NotImplementedError as e:
                 if pending:
                     _finish_user(comm, pending, call)
-                return [], [], True
+                return [], [], str(e).splitlines()[0][:300] if str(e) else "NotImplementedError"
             except Exception as e:
-                return [f"rank {rank} call {call}: raised {_one_line(e)}"], [], False
+                return [f"rank {rank} call {call}: raised {_one_line(e)}"], [], ""
             if race:                            # the caller reuses x at once
                 base.view(np.uint8).reshape(-1)[...] = C.POISON
             if pending:
@@ -311,7 +349,7 @@ class Runner:
                                     + (f" [{rule}]" if rule else ""))
             if shared_result:
                 results[-1] = flat
-        return problems, results, False
+        return problems, results, ""
 
     def _allgather(self, mine: dict) -> list:
         """Every rank's dict, by buffer-based calls on our own communicator."""

@@ -402,10 +402,10 @@ def test_jobs_start_with_what_the_mpi_library_needs_unless_mpiexec_is_given(tmp_
         def __init__(self, mpiexec, load, env):
             seen.update(mpiexec=mpiexec, env=env)
 
-        def __getitem__(self, size):
+        def job(self, size, spec=None, setting=None):
             return FakeJob(size)
 
-        def stop(self, size):
+        def stop(self, size=None, spec=None):
             pass
 
         def close(self):

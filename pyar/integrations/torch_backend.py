@@ -80,6 +80,7 @@ from ..core.buffers import as_array
 from ..core.errors import PyarError, TimeoutError as PyarTimeout
 from ..runtime.comm import Comm
 from .poller import Poller
+from .torch_requests import Requests
 
 __all__ = ["BACKEND", "ProcessGroupPyar", "PyarWork", "register"]
 
@@ -301,6 +302,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
     def __init__(self, mpi: MPI.Comm, timeout: float | None = None):
         super().__init__(mpi.Get_rank(), mpi.Get_size())
         self.comm = Comm.of(mpi)
+        self.requests = Requests(self.comm, timeout)
         self.p2p = mpi.Dup()
         self.p2p.Set_name("pyar torch send/recv")
         self.timeout = timeout
@@ -354,7 +356,15 @@ class ProcessGroupPyar(dist.ProcessGroup):
         t = _one(tensors, "allreduce")
         if t.is_sparse:
             return self._sparse_allreduce(t, opts)
-        op, target = _op(opts.reduceOp, t.dtype), _Writable(t)
+        op = _op(opts.reduceOp, t.dtype)
+        if t.is_cpu and not api.reproduces(None, t, op):
+            self.calls += 1
+            try:
+                request = self.requests.allreduce(t, op, getattr(opts, "asyncOp", True))
+            except PyarError as e:
+                raise _error(e) from e
+            return PyarWork(request, [t], None, self.timeout)
+        target = _Writable(t)
         a = target.array
 
         def call(nb):

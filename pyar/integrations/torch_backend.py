@@ -31,12 +31,15 @@ written in place through arrays sharing their memory (:func:`pyar.core.buffers.a
 CPU through ``Tensor.numpy()``, CUDA through DLPack, untested: no GPU here); bool through
 a uint8 view, SUM as logical or and PRODUCT as logical and (MIN, MAX as for uint8).
 
-``async_op=True`` (and every call DDP makes) starts pyar's nonblocking collective and
-returns a :class:`PyarWork` at once; its ``get_future()`` is completed by a helper thread
-that advances the requests in flight (``Request.test()``) every 50 us while any is
-pending, so DDP's bucket allreduces run while backward computes; it stops at the
-interpreter's exit, after its pass in progress (:class:`.poller.Poller`).
-``async_op=False`` runs pyar's blocking call (its cached request: no thread involved).
+A dense CPU ``all_reduce`` runs on the group's persistent requests kept per signature
+(dtype, count, op: :mod:`.torch_requests`): a start and two copies of the tensor a call.
+The other collectives, with ``async_op=True`` (and every call DDP makes), start pyar's
+nonblocking collective (a request set up for the call), else pyar's blocking call (its
+cached request). An ``async_op=True`` call returns a :class:`PyarWork` at once; its
+``get_future()`` is completed by a helper thread that advances the requests in flight
+(``Request.test()``) every 50 us while any is pending, so DDP's bucket allreduces run
+while backward computes; it stops at the interpreter's exit, after its pass in progress
+(:class:`.poller.Poller`).
 With ``PYAR_REPRODUCIBLE=1`` a float sum or average (``allreduce``,
 ``allreduce_coalesced``) is reproducible (:mod:`pyar.core.exact`: the same bits whatever
 the algorithm and rank count) and blocking (its two phases one after the other): its work

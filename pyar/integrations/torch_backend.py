@@ -31,8 +31,9 @@ written in place through arrays sharing their memory (:func:`pyar.core.buffers.a
 CPU through ``Tensor.numpy()``, CUDA through DLPack, untested: no GPU here); bool through
 a uint8 view, SUM as logical or and PRODUCT as logical and (MIN, MAX as for uint8).
 
-A dense CPU ``all_reduce`` runs on the group's persistent requests kept per signature
-(dtype, count, op: :mod:`.torch_requests`): a start and two copies of the tensor a call.
+A dense CPU ``all_reduce`` of at most 512 KiB runs on the group's persistent requests kept
+per signature (dtype, count, op: :mod:`.torch_requests`): a start and two copies of the
+tensor a call.
 The other collectives, with ``async_op=True`` (and every call DDP makes), start pyar's
 nonblocking collective (a request set up for the call), else pyar's blocking call (its
 cached request). An ``async_op=True`` call returns a :class:`PyarWork` at once; its
@@ -83,7 +84,7 @@ from ..core.buffers import as_array
 from ..core.errors import PyarError, TimeoutError as PyarTimeout
 from ..runtime.comm import Comm
 from .poller import Poller
-from .torch_requests import Requests
+from .torch_requests import Requests, fits
 
 __all__ = ["BACKEND", "ProcessGroupPyar", "PyarWork", "register"]
 
@@ -360,7 +361,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
         if t.is_sparse:
             return self._sparse_allreduce(t, opts)
         op = _op(opts.reduceOp, t.dtype)
-        if t.is_cpu and not api.reproduces(None, t, op):
+        if fits(t) and not api.reproduces(None, t, op):
             self.calls += 1
             try:
                 request = self.requests.allreduce(t, op, getattr(opts, "asyncOp", True))

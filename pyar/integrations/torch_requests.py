@@ -1,12 +1,12 @@
 """The ``"pyar"`` torch backend's allreduces: persistent requests kept per call signature.
 
-A group's allreduce of a dense tensor runs on a :class:`pyar.Persistent` request made
-for its signature (dtype, element count, op) at the signature's first call and bound to
-a buffer of its own (a flat tensor); a call copies its tensor in (``Tensor.copy_``),
-starts the request, and the request's completion copies the result back into the
-tensor, on whichever thread completes it. A call then costs a start and two copies of
-the tensor instead of a request's set-up (a plan's checks, buffers and engine): a few
-microseconds on one rank for 8 B, where a nonblocking call of its own costs about 80.
+A group's allreduce of a dense CPU tensor of at most 512 KiB (:func:`fits`) runs on a
+:class:`pyar.Persistent` request made for its signature (dtype, element count, op) at the
+signature's first call and bound to a buffer of its own (a flat tensor); a call copies its
+tensor in (``Tensor.copy_``), starts the request, and the request's completion copies the
+result back into the tensor, on whichever thread completes it. A call then costs a start
+and wait (about 4 us on one rank) and two copies (about 1 us each) instead of a request's
+set-up (a plan's checks, buffers and engine: 50 - 60 us for ``pyar.iallreduce`` of 8 B).
 
 Every rank picks the same request for the same call, as a persistent request needs (its
 set-up is collective): a signature keeps up to :data:`SLOTS` requests, made at its first
@@ -27,6 +27,7 @@ import torch
 
 from ..collectives.allreduce import ALLREDUCE
 from ..core.buffers import as_array
+from ..model.cost import RESIDENT_BYTES
 from ..runtime.persistent import Persistent
 from ..runtime.progress import Request
 
@@ -34,6 +35,14 @@ __all__ = ["Requests"]
 
 SLOTS = 2           # requests per signature: calls of one signature in flight together
 CACHED = 64         # signatures a group keeps requests for
+
+
+def fits(t) -> bool:
+    """Whether an allreduce of the dense CPU tensor ``t`` runs on cached requests: at most
+    :data:`~pyar.model.cost.RESIDENT_BYTES` (a Resident's native program, where a call's
+    set-up is most of its cost). Larger ones run pyar's own calls, bound to the tensor's
+    memory: no copies in and out, and a set-up small against their transfer."""
+    return t.is_cpu and t.numel() * t.element_size() <= RESIDENT_BYTES
 
 
 class _Slot:

@@ -20,16 +20,16 @@ and checks their shapes across ranks when it is made): the pyar backend's
 group's own communicator) or any other; with the hook and
 ``broadcast_buffers=False`` no gradient goes through it
 (``tests/mpi/test_torch.py`` counts the collectives started through the group).
-With a progress thread (``pyar.Progress()``) the hook only launches the
-average (one-phase transforms) and returns a future that a helper thread
-completes, so backward goes on meanwhile; otherwise it averages blocking, on
-autograd's thread, and returns a completed future.
+For one-phase transforms (none, fp16, bf16, top-k) the hook only launches the
+average and returns a future that a helper thread completes, advancing the
+request every 50 us (``Request.test``) until it is done, so backward goes on
+meanwhile (as torch's hooks on gloo do); int8's two phases run blocking, on
+autograd's thread, and its future is complete when returned.
 """
 
 import torch
 
 from ..core.buffers import as_array, as_tensor
-from ..runtime import progress
 from ..runtime.comm import Comm
 from . import compression as _compression
 from .buckets import Flight, average
@@ -59,10 +59,9 @@ def comm_hook(state, bucket) -> torch.futures.Future[torch.Tensor]:
     """Average a DDP bucket over the ranks with pyar (``state``: a :class:`HookState`, or None
     for COMM_WORLD, no compression); a future of the bucket's flat tensor.
 
-    With a progress thread running (``pyar.Progress()``, ``PYAR_PROGRESS_THREAD=1``) and a
-    one-phase transform (none, fp16, bf16, top-k), the average is launched and the future
-    completed by a helper thread once the progress thread has finished it, so backward goes
-    on meanwhile; otherwise the average runs here, blocking, and the future is complete."""
+    With a one-phase transform (none, fp16, bf16, top-k) the average is launched and the
+    future completed by a helper thread that advances it, so backward goes on meanwhile;
+    otherwise (int8) the average runs here, blocking, and the future is complete."""
     if state is None:
         state = _default()
     buffer = bucket.buffer()
@@ -75,7 +74,7 @@ def comm_hook(state, bucket) -> torch.futures.Future[torch.Tensor]:
         flight = Flight(t.reduce(a, state.state(bucket.index(), a.size), c, state.timeout))
         state.bytes_sent += t.wire_bytes(a.size, c)
     future = torch.futures.Future()
-    if progress.thread is not None and (t is None or t.phases == 1):
+    if t is None or t.phases == 1:
         _completer.add((flight, future, buffer, a))
     else:
         _finish(flight, future, buffer, a)
@@ -94,9 +93,10 @@ def _finish(flight, future, buffer, a) -> None:
 
 
 def _completed(item) -> bool:
-    """The hooks' poller's pass over ``item`` (flight, future, buffer, array): finished once
-    the progress thread has completed its request."""
-    if not item[0].request.done:
+    """The hooks' poller's pass over ``item`` (flight, future, buffer, array): its request
+    advanced; finished once it is complete (or failed: the future gets its error)."""
+    request = item[0].request
+    if request is not None and not request.test():
         return False
     _finish(*item)
     return True

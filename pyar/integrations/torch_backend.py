@@ -31,12 +31,16 @@ written in place through arrays sharing their memory (:func:`pyar.core.buffers.a
 CPU through ``Tensor.numpy()``, CUDA through DLPack, untested: no GPU here); bool through
 a uint8 view, SUM as logical or and PRODUCT as logical and (MIN, MAX as for uint8).
 
-``async_op=True`` (and every call DDP makes) starts pyar's nonblocking collective and
-returns a :class:`PyarWork` at once; its ``get_future()`` is completed by a helper thread
-that advances the requests in flight (``Request.test()``) every 50 us while any is
-pending, so DDP's bucket allreduces run while backward computes; it stops at the
-interpreter's exit, after its pass in progress (:class:`.poller.Poller`).
-``async_op=False`` runs pyar's blocking call (its cached request: no thread involved).
+A dense CPU ``all_reduce`` of at most 512 KiB runs on the group's persistent requests kept
+per signature (dtype, count, op: :mod:`.torch_requests`): a start and two copies of the
+tensor a call.
+The other collectives, with ``async_op=True`` (and every call DDP makes), start pyar's
+nonblocking collective (a request set up for the call), else pyar's blocking call (its
+cached request). An ``async_op=True`` call returns a :class:`PyarWork` at once; its
+``get_future()`` is completed by a helper thread that advances the requests in flight
+(``Request.test()``) every 50 us while any is pending, so DDP's bucket allreduces run
+while backward computes; it stops at the interpreter's exit, after its pass in progress
+(:class:`.poller.Poller`).
 With ``PYAR_REPRODUCIBLE=1`` a float sum or average (``allreduce``,
 ``allreduce_coalesced``) is reproducible (:mod:`pyar.core.exact`: the same bits whatever
 the algorithm and rank count) and blocking (its two phases one after the other): its work
@@ -80,6 +84,7 @@ from ..core.buffers import as_array
 from ..core.errors import PyarError, TimeoutError as PyarTimeout
 from ..runtime.comm import Comm
 from .poller import Poller
+from .torch_requests import Requests, fits
 
 __all__ = ["BACKEND", "ProcessGroupPyar", "PyarWork", "register"]
 
@@ -301,6 +306,7 @@ class ProcessGroupPyar(dist.ProcessGroup):
     def __init__(self, mpi: MPI.Comm, timeout: float | None = None):
         super().__init__(mpi.Get_rank(), mpi.Get_size())
         self.comm = Comm.of(mpi)
+        self.requests = Requests(self.comm, timeout)
         self.p2p = mpi.Dup()
         self.p2p.Set_name("pyar torch send/recv")
         self.timeout = timeout
@@ -354,7 +360,15 @@ class ProcessGroupPyar(dist.ProcessGroup):
         t = _one(tensors, "allreduce")
         if t.is_sparse:
             return self._sparse_allreduce(t, opts)
-        op, target = _op(opts.reduceOp, t.dtype), _Writable(t)
+        op = _op(opts.reduceOp, t.dtype)
+        if fits(t) and not api.reproduces(None, t, op):
+            self.calls += 1
+            try:
+                request = self.requests.allreduce(t, op, getattr(opts, "asyncOp", True))
+            except PyarError as e:
+                raise _error(e) from e
+            return PyarWork(request, [t], None, self.timeout)
+        target = _Writable(t)
         a = target.array
 
         def call(nb):

@@ -255,6 +255,63 @@ def test_all_reduce_of_a_non_contiguous_tensor_and_its_future(comm, groups):
     agree(comm, isinstance(value, list) and value[0] is view)
 
 
+def cached(pg, dtype, count, op="sum"):
+    """The group's cached requests for an allreduce signature (none: an empty list)."""
+    entry = pg.requests.kept.get((dtype, count, op))
+    return [] if entry is None else [slot.request for slot in entry[0]]
+
+
+def test_all_reduce_reuses_its_signatures_requests(comm, groups):
+    """A signature's calls start the request its first call made; another count, dtype or op
+    makes its own; every result right."""
+    from pyar.integrations.torch_requests import SLOTS
+    _, pg = groups
+    n, count = comm.size, 37
+    for i in range(3):
+        t = torch.full((count,), float(comm.rank + i))
+        dist.all_reduce(t, group=pg)
+        agree(comm, torch.equal(t, torch.full((count,), float(n * i + sum(range(n))))), t)
+    first = cached(pg, torch.float32, count)
+    agree(comm, len(first) == 1, first)
+    works = [dist.all_reduce(torch.ones(count), group=pg, async_op=True)
+             for _ in range(SLOTS + 1)]
+    for w in works:
+        w.wait()
+    every = cached(pg, torch.float32, count)
+    agree(comm, len(every) == SLOTS and every[0] is first[0], every)
+    dist.all_reduce(torch.ones(count + 1), group=pg)
+    dist.all_reduce(torch.ones(count, dtype=torch.float64), group=pg)
+    dist.all_reduce(torch.ones(count), op=dist.ReduceOp.MAX, group=pg)
+    agree(comm, all(len(cached(pg, *s)) == 1 for s in [
+        (torch.float32, count + 1), (torch.float64, count), (torch.float32, count, "max")]))
+    agree(comm, cached(pg, torch.float32, count) == every, "a signature's requests changed")
+
+
+def test_all_reduces_of_one_signature_in_flight_together_are_each_right(comm, groups):
+    """Five async all_reduces of one signature in flight at once (more than its requests:
+    a call whose request is still in flight waits for it first), waited for in reverse,
+    some through their futures, with a blocking one of the same signature amid them, on
+    tensors of other shapes and layouts: every result right."""
+    _, pg = groups
+    n = comm.size
+    total = sum(range(n))
+    xs = [torch.full((6,), float(10 * i + comm.rank)) for i in range(5)]
+    xs[3] = torch.full((2, 3), float(30 + comm.rank))
+    xs[4] = torch.full((3, 4), float(40 + comm.rank))[:, ::2]        # 6 elements, strided
+    works = [dist.all_reduce(x, group=pg, async_op=True) for x in xs[:3]]
+    futures = [w.get_future() for w in works[:2]]
+    y = torch.full((6,), float(comm.rank))
+    dist.all_reduce(y, group=pg)
+    works += [dist.all_reduce(x, group=pg, async_op=True) for x in xs[3:]]
+    for w in works[::-1]:
+        w.wait()
+    for f in futures:
+        f.wait()
+    for i, x in enumerate(xs):
+        agree(comm, torch.equal(x, torch.full(x.shape, float(n * 10 * i + total))), (i, x))
+    agree(comm, torch.equal(y, torch.full((6,), float(total))), y)
+
+
 def test_all_reduce_of_sparse_tensors(comm, groups):
     """Sparse COO tensors (a different pattern and count on each rank, one rank's empty)
     summed in place as gloo sums them."""

@@ -65,7 +65,8 @@ run: $(VENV)/.kernels
 # slowest at the end, the docs among them (tests/unit/test_docs.py: the site built strict, every
 # README and guide block run); then the MPI matrix's tier of make test (1, 2, 3 ranks and
 # emulated nodes at 5), one run at a time (each says its rank count, setting and time as it
-# goes). make test-all adds the rest of the matrix (CI runs it).
+# goes). make test-all adds the tests marked full: the rest of the exhaustive sweeps
+# (tests/helpers/tiers.py), the self-checks at 4 ranks and the rest of the matrix (CI runs it).
 TEST_JOBS ?= 2
 test: $(VENV)/.kernels lint-imports
 	$(PY) -m pytest tests --ignore=tests/test_mpi_matrix.py -n $(TEST_JOBS) --dist loadscope \

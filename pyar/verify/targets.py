@@ -31,6 +31,7 @@ from __future__ import annotations
 import shlex
 
 from ..algorithms import LIBRARY, algorithms
+from ..runtime.launch import find_mpiexec, launcher_family
 
 MPICH_VARIABLE = "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"
 # MPICH 5.0's values of MPICH_VARIABLE, in its enum's order (MPI_T reads the index)
@@ -49,8 +50,6 @@ LIBRARIES = {"mpich": "MPICH", "openmpi": "Open MPI"}
 def library_family(mpiexec: str | None = None) -> str:
     """The MPI library's family (``mpich``, ``openmpi``, ...; ``unknown``) by ``mpiexec``'s
     ``--version``, the default one (:func:`pyar.runtime.launch.find_mpiexec`) if None."""
-    from ..runtime.launch import find_mpiexec, launcher_family
-
     try:
         return launcher_family(shlex.split(mpiexec or find_mpiexec())[0])
     except RuntimeError:

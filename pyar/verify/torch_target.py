@@ -16,6 +16,10 @@ or an unsupported op: gloo's ``Invalid scalar type`` for int16 and the unsigned 
 with the backend's words. Every rank sees the same refusal, as the case is the same on
 every rank. Cost beyond the backend's: a copy of x where it is not C-contiguous or not in
 place, and the result's copy into ``out``.
+
+Importing this module imports torch and registers the backend ``"pyar"``; the worker loads
+it by name (:func:`pyar.verify.worker.resolve`) only in a job of a torch target, so that
+the other targets' jobs neither need torch nor pay for its import.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ import datetime
 import re
 
 import numpy as np
+from mpi4py import MPI
+
+from .. import torch as _registers_the_pyar_backend  # noqa: F401  (ImportError without torch)
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 TIMEOUT = datetime.timedelta(seconds=60)        # the group's bound on every wait
 # what a backend's refusal of a dtype or an op says (gloo, the MPI backend, nccl, pyar's)
@@ -46,16 +55,10 @@ def group(backend: str):
     over COMM_WORLD then); ValueError where the backend cannot be used here."""
     if backend in _groups:
         return _groups[backend]
-    import torch
-    import torch.distributed as dist
-    from mpi4py import MPI
-
     if dist.is_initialized():
         raise ValueError(f"torch:{backend}: this job's process group is "
                          f"{dist.get_backend()}'s already (one backend a job)")
-    if backend == "pyar":
-        import pyar.torch  # noqa: F401  (registers the backend)
-    elif backend == "mpi" and not dist.is_mpi_available():
+    if backend == "mpi" and not dist.is_mpi_available():
         raise ValueError("torch:mpi: this torch is built without its MPI backend "
                          "(torch.distributed.is_mpi_available() is False)")
     elif backend == "nccl" and not (torch.cuda.is_available() and dist.is_nccl_available()):
@@ -83,8 +86,6 @@ def group(backend: str):
 def tensor_of(a: np.ndarray):
     """A torch tensor sharing C-contiguous ``a``'s memory; NotImplementedError for a dtype
     torch has none of."""
-    import torch
-
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     try:
@@ -96,8 +97,6 @@ def tensor_of(a: np.ndarray):
 def reduce(backend: str, x: np.ndarray, op: str, out=None) -> np.ndarray:
     """``dist.all_reduce`` of x by ``op`` on the job's ``backend`` group (the contract of a
     ``pyar verify`` allreduce target)."""
-    import torch.distributed as dist
-
     device = group(backend)
     if op not in OPS:
         raise NotImplementedError(f"torch.distributed has no ReduceOp for {op}")

@@ -41,7 +41,7 @@ from ..collectives import block, collective as record
 from ..core import loader
 from ..runtime.baseline import typed
 from ..runtime.library import current, read_cvar
-from . import cases as C, judge, targets, torch_target
+from . import cases as C, judge, targets
 
 USER_WAIT = 10.0        # seconds the user's own messages may take to arrive after a call
 
@@ -59,6 +59,10 @@ def resolve(spec: str, collective: str = "allreduce"):
                              f" the library's own is the target mpi")
         if spec.startswith("torch:"):
             targets.setting(spec, "")                   # ValueError for an unknown backend
+            try:
+                torch_target = loader.import_spec("pyar.verify.torch_target")   # torch's
+            except ImportError as e:
+                raise ValueError(f"target {spec!r}: {e}") from None
             torch_target.group(spec[6:])                # (collective: every rank is here)
             return torch_target.make(spec[6:])
         forced_here(spec)

@@ -222,8 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the quick profile (--profile quick)")
     p.add_argument("--profile", default=d.PROFILE, choices=["full", "quick", "smoke"],
                    help=f"how many cases per dimension: full, quick, smoke (default {d.PROFILE})")
-    p.add_argument("--dims", default=None, help="comma list of dimensions (default all: "
-                   "counts,dtypes,layouts,modes,repeat,interleave,races,values)")
+    p.add_argument("--dims", default=None, help="comma list of dimensions (default "
+                   f"{','.join(verify_cases.DEFAULT_DIMENSIONS)}; also reproducible)")
+    p.add_argument("--reproducible", action="store_true",
+                   help="hold float sums and averages to reproducibility as well: the "
+                   "dimension reproducible (every result the same bits with the contributions "
+                   "reversed and rotated among the ranks, held by fewer ranks and cut into two "
+                   "calls), every job with PYAR_REPRODUCIBLE=1 (pyar's own targets' switch)")
     p.add_argument("--skip", default=None, help="comma list of dimensions to leave out")
     p.add_argument("--nan", default="propagate", choices=["propagate", "mpi"],
                    help="float max/min: propagate (default, pyar's rule, stricter than MPI's): "

@@ -26,6 +26,11 @@ Each dimension varies one of these from a base case (float32 sum of 1031 element
 contiguous, a new result, one call); the ``quick`` and ``smoke`` profiles take fewer values.
 The races dimension's counts are large (64 KiB - 4 MiB of float32 or int32, three calls):
 messages an MPI library sends by rendezvous, not eagerly copied.
+The reproducible dimension, not among the defaults (``pyar verify --reproducible``), holds
+a float sum or average to the same bits whatever holds the contributions: every case's
+call is made again with the contributions reversed and rotated among the ranks and cut
+into two calls, and a sum with the last rank's contribution zeros is made by the other
+ranks alone, on a communicator of their own (:meth:`pyar.verify.worker.Runner._reorderings`).
 Every collective gets the same sweep, less what it does not define (allgather has no in
 place form), and reduce_scatter's counts add multiples of the rank count (equal blocks, as
 MPI_Reduce_scatter_block's).
@@ -47,7 +52,8 @@ LAYOUTS = ["contiguous", "2d", "offset", "strided", "transposed", "3d"]
 MODES = ["new", "out", "inplace"]
 VALUES = ["sample", "random", "negative", "special", "overflow", "big", "halfmax", "halfcancel"]
 DIMENSIONS = ["counts", "dtypes", "layouts", "modes", "repeat", "interleave", "races",
-              "values"]
+              "values", "reproducible"]
+DEFAULT_DIMENSIONS = DIMENSIONS[:-1]    # reproducible sums: a property only some targets claim
 PROFILES = ("full", "quick", "smoke")
 THRESHOLDS = (64 << 10, 256 << 10, 1 << 20, 4 << 20)      # bytes: typical segment sizes
 BASE = {"collective": "allreduce", "count": 1031, "dtype": "float32", "op": "sum",
@@ -113,6 +119,9 @@ def valid(c: dict) -> bool:
         return False
     if c.get("race") and c["mode"] == "inplace":       # x is the result: not overwritten
         return False
+    if c["dim"] == "reproducible" and not (floating and op in ("sum", "avg")
+                                           and c["collective"] == "allreduce"):
+        return False
     return {"sample": True, "random": op in ("sum", "avg") or floating,
             "negative": op == "prod" and not dtype.startswith("uint"),
             "special": floating, "overflow": not floating and op in ("sum", "prod"),
@@ -143,13 +152,13 @@ def counts(size: int, itemsize: int, profile: str, collective: str = "allreduce"
 def sweep(size: int, profile: str = "full", dims=None,
           collective: str = "allreduce") -> list[dict]:
     """The cases of ``collective`` in ``profile`` for ``size`` ranks, in the dimensions ``dims``
-    (default all)."""
+    (default :data:`DEFAULT_DIMENSIONS`)."""
     if collective not in COLLECTIVES:
         raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got "
                          f"{collective!r}")
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    dims = DIMENSIONS if dims is None else list(dims)
+    dims = DEFAULT_DIMENSIONS if dims is None else list(dims)
     unknown = sorted(set(dims) - set(DIMENSIONS))
     if unknown:
         raise ValueError(f"unknown dimension(s) {', '.join(unknown)}; expected some of "
@@ -205,6 +214,15 @@ def sweep(size: int, profile: str = "full", dims=None,
                     if valid(c := case("values", values=v, dtype=d, op=o, seed=2))
                     and (full or d in ("int8", "uint64", "int64", "float16", "bfloat16",
                                        "float32", "float64"))]
+    if "reproducible" in dims:
+        plans = [("random", d, "sum", n) for d in ("float32", "float64", "float16", "bfloat16")
+                 for n in (1031, big)] + \
+            [("special", "float32", "sum", 1031), ("halfcancel", "float16", "sum", 1031),
+             ("halfcancel", "bfloat16", "avg", 1031), ("random", "float64", "avg", 1031)]
+        if not full:
+            plans = plans[:1] + plans[-4:] if not smoke else plans[:1]
+        out += [case("reproducible", values=v, dtype=d, op=o, count=n, seed=4)
+                for v, d, o, n in plans]
     return [c for c in ({**c, "collective": collective} for c in out) if valid(c)]
 
 

@@ -282,7 +282,7 @@ def expand_targets(targets, collective: str = "allreduce", family: str = "") -> 
 def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TIMEOUT,
           mpiexec=None, load=(), shrink=True, shrink_examples=40, confirm=True, log=None,
           nan="propagate", time_limit=TIME_LIMIT, collective="allreduce",
-          int_overflow="wrap") -> Report:
+          int_overflow="wrap", reproducible=False) -> Report:
     """Verify ``targets`` of ``collective`` (:data:`pyar.verify.cases.COLLECTIVES`; TARGET
     strings, a callable of an importable module, or a list of them) over ``ranks``; returns
     a :class:`Report` (true when every case ran and passed).
@@ -299,7 +299,9 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
     (:data:`pyar.verify.judge.INT_OVERFLOW_RULES`). ``time_limit``: seconds for
     the whole run, shrinking included; what it does not reach is reported. ``shrink``:
     shrink one failure per target and kind of problem, trying at most ``shrink_examples``
-    candidates; ``confirm``: rerun the smallest case in a fresh job.
+    candidates; ``confirm``: rerun the smallest case in a fresh job. ``reproducible``: add the
+    reproducible dimension (:mod:`pyar.verify.cases`) to ``dims`` and run every job (and
+    reproducer) with ``PYAR_REPRODUCIBLE=1``, which pyar's own targets follow.
     """
     if collective not in C.COLLECTIVES:
         raise ValueError(f"--collective must be one of {', '.join(C.COLLECTIVES)}, got "
@@ -310,6 +312,10 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
     family = T.library_family() if any(T.own_job(t) for t in targets) else ""
     targets = expand_targets(targets, collective, family)
     settings = {t: T.setting(t, family) for t in targets}     # ValueError naming valid ones
+    extra = {"PYAR_REPRODUCIBLE": "1"} if reproducible else {}
+    if reproducible:
+        dims = [*(C.DEFAULT_DIMENSIONS if dims is None else dims), "reproducible"]
+        dims = list(dict.fromkeys(dims))
     own = {t: t if T.own_job(t) else None for t in targets}
     sizes = ranks if isinstance(ranks, (list, tuple, range)) else parse_ranks(ranks)
     if nan not in judge.NAN_RULES:
@@ -325,9 +331,9 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
     else:
         mpiexec, env = default_mpiexec()
     load = [os.path.abspath(s) if s.endswith((".py", ".xml")) else s for s in load or ()]
-    jobs = Jobs(mpiexec, load, env)
+    jobs = Jobs(mpiexec, load, {**env, **extra})
     report = Report(targets, list(sizes), profile, load, nan, time_limit, collective,
-                    int_overflow)
+                    int_overflow, reproducible)
     started = time.monotonic()
     until = started + time_limit
     try:
@@ -355,7 +361,8 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
                                                int_overflow)
                 if own[target]:
                     jobs.stop(spec=own[target])
-        report.name_reproducers(case_timeout, settings)
+        report.name_reproducers(case_timeout, {t: {**s, **extra} if T.uses_pyar(t) else s
+                                               for t, s in settings.items()})
     finally:
         jobs.close()
     report.seconds = time.monotonic() - started
@@ -400,10 +407,10 @@ class Report:
     ``bool(report)`` is whether every case ran and passed."""
 
     def __init__(self, targets, sizes, profile, load, nan="propagate", time_limit=None,
-                 collective="allreduce", int_overflow="wrap"):
+                 collective="allreduce", int_overflow="wrap", reproducible=False):
         self.targets, self.sizes, self.profile, self.load = targets, sizes, profile, load
         self.nan, self.time_limit, self.collective = nan, time_limit, collective
-        self.int_overflow = int_overflow
+        self.int_overflow, self.reproducible = int_overflow, reproducible
         self.results = []           # {"target", "ranks", "case", "verdict", "problems", ...}
         self.skipped = []           # {"target", "ranks", "cases", "why"}: cases not run
         self.seconds = 0.0
@@ -426,8 +433,21 @@ class Report:
         """What the time limit left out: ``{"target", "ranks", "cases", "why"}`` each."""
         return [s for s in self.skipped if s["why"] == "time-limit"]
 
+    @property
+    def unlike(self):
+        """Where targets that each passed a case of the reproducible dimension on the same
+        ranks give different bits (reproducible sums the same whatever the algorithm):
+        ``{"ranks", "case", "groups"}`` each, ``groups`` the targets by the bits they gave."""
+        seen = {}
+        for r in self.results:
+            if "digest" in r:
+                key = (r["ranks"], json.dumps(r["case"], sort_keys=True))
+                seen.setdefault(key, {}).setdefault(r["digest"], []).append(r["target"])
+        return [{"ranks": ranks, "case": json.loads(case), "groups": list(groups.values())}
+                for (ranks, case), groups in seen.items() if len(groups) > 1]
+
     def __bool__(self):
-        return not self.failures and not self.skipped
+        return not self.failures and not self.skipped and not self.unlike
 
     def verdicts(self) -> list[dict]:
         """Per target and rank count: ``verdict`` (passed, failed, hangs, error, incomplete:
@@ -552,10 +572,12 @@ class Report:
         return "\n".join(lines)
 
     def text(self) -> str:
-        ok = "FAILED" if self.failures else ("INCOMPLETE" if self.skipped else "PASSED")
+        ok = "FAILED" if self.failures or self.unlike else (
+            "INCOMPLETE" if self.skipped else "PASSED")
         head = (f"# pyar verify --collective {self.collective}: {', '.join(self.targets)} on "
                 f"ranks {','.join(map(str, self.sizes))}, profile {self.profile}, "
-                f"--nan {self.nan}, --int-overflow {self.int_overflow}: {len(self.results)} "
+                f"--nan {self.nan}, --int-overflow {self.int_overflow}"
+                f"{', --reproducible' if self.reproducible else ''}: {len(self.results)} "
                 f"cases in {self.seconds:.0f} s: {ok}")
         parts = [head, self.table(), self.by_ranks(), *filter(None, [self.declined()])]
         for r in self.failures[:40]:
@@ -563,6 +585,10 @@ class Report:
                          f" {'; '.join(r['problems'][:3])[:600]}")
         if len(self.failures) > 40:
             parts.append(f"- ... and {len(self.failures) - 40} more (--json has them all)")
+        for u in self.unlike[:10]:
+            parts.append(f"- the targets differ: on {u['ranks']} ranks, {_brief(u['case'])}, "
+                         "each reproducible, they give other bits: "
+                         + " | ".join(", ".join(g) for g in u["groups"]))
         shown = set()
         for r in self.results:
             small = r.get("smallest")
@@ -582,8 +608,9 @@ class Report:
     def to_json(self) -> dict:
         return {"collective": self.collective, "targets": self.targets, "ranks": self.sizes,
                 "profile": self.profile, "nan": self.nan, "int_overflow": self.int_overflow,
-                "time_limit": self.time_limit,
+                "reproducible": self.reproducible, "time_limit": self.time_limit,
                 "passed": bool(self), "seconds": round(self.seconds, 1), "verdicts": self.verdicts(),
+                "unlike": self.unlike,
                 "not_run": self.skipped, "results": self.results}
 
 
@@ -696,7 +723,7 @@ def reproducer(target, ranks, case, load=(), timeout=60, nan="propagate",
     if ":" in target and target.split(":")[0].endswith(".py"):
         path, fn = target.rsplit(":", 1)
         target = f"{os.path.abspath(path)}:{fn}"
-    env = (f"import os\nos.environ.update({setting!r})     # before MPI_Init: the algorithm\n"
+    env = (f"import os\nos.environ.update({setting!r})     # before MPI_Init: its settings\n"
            if setting else "")
     return (f"# timeout -k 5 {int(timeout)} mpiexec -n {ranks} python {name}\n"
             f"# (exit status 1 while {target} fails this case, 0 once it passes)\n"
@@ -715,19 +742,19 @@ def command(args) -> int:
     if not args.target:
         raise ValueError("expected a TARGET (or --list-targets): module:function, pyar:ALGO, "
                          "mpi, mpi:ALGO or torch:BACKEND")
-    dims = C.DIMENSIONS if args.dims is None else [d.strip() for d in args.dims.split(",")
-                                                   if d.strip()]
+    dims = None if args.dims is None else [d.strip() for d in args.dims.split(",") if d.strip()]
     if args.skip:
         skip = [d.strip() for d in args.skip.split(",") if d.strip()]
         C.sweep(1, "smoke", skip)               # ValueError naming the dimensions
-        dims = [d for d in dims if d not in skip]
+        dims = [d for d in (C.DEFAULT_DIMENSIONS if dims is None else dims) if d not in skip]
     profile = "quick" if args.quick else args.profile
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # jobs end with us (finally)
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else None
     report = check(args.target, ranks=args.ranks, profile=profile, dims=dims,
                    case_timeout=args.case_timeout, mpiexec=args.mpiexec, load=args.load,
                    shrink=not args.no_shrink, log=log, nan=args.nan, time_limit=args.time_limit,
-                   collective=args.collective, int_overflow=args.int_overflow)
+                   collective=args.collective, int_overflow=args.int_overflow,
+                   reproducible=args.reproducible)
     print(report.text(), flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -313,11 +313,14 @@ def disagreement(results: list, allowed=None) -> tuple:
     return where, kinds
 
 
-def describe_disagreement(results: list, where, kinds, limit: int = 3, ranks=None) -> str:
+def describe_disagreement(results: list, where, kinds, limit: int = 3, ranks=None,
+                          labels=None) -> str:
     """The elements ``where`` ranks' ``results`` differ (of :func:`disagreement`): how many,
     their classes, and for the first ``limit`` each rank's bits (hex) and value, ranks that
-    agree named together (``ranks``: the rank of each result, default its position)."""
+    agree named together (``ranks``: the rank of each result, default its position; or
+    ``labels``, a name for each result, where they are not ranks' results)."""
     ranks = list(range(len(results))) if ranks is None else list(ranks)
+    name = (lambda agree: " = ".join(labels[k] for k in agree)) if labels else _ranks
     n = results[0].size
     counts = {k: int((kinds == k).sum()) for k in DIFFERENCES if (kinds == k).any()}
     how = f"{next(iter(counts))} only" if len(counts) == 1 else ", ".join(
@@ -326,13 +329,13 @@ def describe_disagreement(results: list, where, kinds, limit: int = 3, ranks=Non
     shown = []
     for i in where[:limit]:
         groups = {}
-        for rank, r in zip(ranks, results):
+        for rank, r in zip(range(len(results)) if labels else ranks, results):
             bits = int(np.ascontiguousarray(r[i:i + 1]).view(f"u{r.dtype.itemsize}")[0])
             groups.setdefault((bits, repr(_item(r[i]))), []).append(rank)
-        shown.append(f"[{i}] " + ", ".join(
-            f"{_ranks(agree)} 0x{bits:0{width}x} ({value})"
-            for (bits, value), agree in groups.items()))
-    return (f"ranks' results differ bitwise at {where.size} of {n} elements ({how}): "
+        shown.append(f"[{i}] " + ", ".join(f"{name(agree)} 0x{bits:0{width}x} ({value})"
+                                           for (bits, value), agree in groups.items()))
+    subject = "the results" if labels else "ranks' results"
+    return (f"{subject} differ bitwise at {where.size} of {n} elements ({how}): "
             + "; ".join(shown))
 
 

@@ -8,7 +8,8 @@ call (the MPI library's own collective written out in mpi4py, ``mpi:ALGO``'s wit
 algorithm's variables set before MPI_Init; ``torch:BACKEND``'s ``dist.all_reduce`` on a
 process group of COMM_WORLD's ranks, which needs torch; a user's ``module:function``
 imported; ``pyar:ALGO`` imports pyar, being pyar's), the case's layout, ``out`` mode, calls
-in a row, the user's own messages, a race case's late ranks and reused x, and a check that
+in a row, the user's own messages, a race case's late ranks and reused x, a reproducible
+case's calls with the contributions held elsewhere, and a check that
 prints each rank's mismatches and exits 1 while the target fails, 0 once it passes. Every
 wait of its own is bounded (the target's are the ``timeout`` of its first line's).
 
@@ -66,7 +67,7 @@ def script(target: str, ranks: int, case: dict, load=(), nan: str = "propagate",
         "# Exit status 1 while it fails, 0 once it passes; each rank prints its mismatches.",
         *(f"# pyar verify saw: {p[:300]}" for p in list(problems)[:3]),
         "import base64, importlib, importlib.util, os, sys, time, zlib",
-        *([f"os.environ.update({dict(setting)!r})     # before MPI_Init: the algorithm"]
+        *([f"os.environ.update({dict(setting)!r})     # before MPI_Init: its settings"]
           if setting else []),
         "",
         "import numpy as np",
@@ -267,6 +268,44 @@ _CHECK = '''def mismatches(got, expected, tolerance):
     return np.flatnonzero(~ok)'''
 
 
+def _reorderings_code(case, op: str) -> list:
+    """The reproducible dimension's calls after the case's (as
+    :meth:`pyar.verify.worker.Runner._reorderings` makes them), each result held to the bits
+    of the case's call on this rank (the others' alone: to the call with the last rank's
+    contribution zeros)."""
+    count, cut = case["count"], case["count"] // 3
+    code = ["# Reproducible sums: the same contributions held elsewhere, each result the same bits",
+            "def again(what, got, first=flat, against=\"as called\"):",
+            "    bits = f\"u{first.dtype.itemsize}\"",
+            "    got, first = np.ascontiguousarray(got).reshape(-1).view(bits), first.view(bits)",
+            "    for i in np.flatnonzero(got != first)[:3]:",
+            "        say(f\"{what}: not reproducible: [{i}] 0x{int(got[i]):0{2 * got.itemsize}x}, \"",
+            "            f\"{against} 0x{int(first[i]):0{2 * got.itemsize}x}\")",
+            "",
+            "",
+            "mine = INPUTS[0]",
+            "if size > 1:",
+            f"    again(\"the ranks reversed\", target(mine[size - 1 - rank].copy(), comm{op}))",
+            "if size > 2:",
+            f"    again(\"the ranks rotated\", target(mine[(rank + 1) % size].copy(), comm{op}))"]
+    if count > 2:
+        code += [f"again(\"cut in two calls\", np.concatenate([target(mine[rank][:{cut}].copy(), "
+                 f"comm{op}),",
+                 f"                                       target(mine[rank][{cut}:].copy(), "
+                 f"comm{op})]))"]
+    if case["op"] == "sum":
+        code += ["if size > 1:                  # the last rank's zeros, then the others alone",
+                 "    zeros = mine[rank].copy() if rank < size - 1 else np.zeros_like(mine[rank])",
+                 f"    base = np.ascontiguousarray(target(zeros, comm{op})).reshape(-1)",
+                 "    others = comm.Split(0 if rank < size - 1 else MPI.UNDEFINED, rank)",
+                 "    if others != MPI.COMM_NULL:",
+                 f"        again(f\"ranks 0-{{size - 2}} alone\", target(mine[rank].copy(), "
+                 f"others{op}), base,",
+                 "              f\"rank {size - 1}'s contribution zeros\")",
+                 "        others.Free()"]
+    return code + [""]
+
+
 def _run_code(case, collective: str, nan: str) -> str:
     """The calls and their checks."""
     if collective == "reduce_scatter":
@@ -352,6 +391,8 @@ def _run_code(case, collective: str, nan: str) -> str:
                  "                f\"rank {r} 0x{int(b):0{2 * flat.dtype.itemsize}x}\" "
                  "for r, b in enumerate(everyone[:, i])))"]
     code += [""]
+    if case["dim"] == "reproducible":
+        code += _reorderings_code(case, op)
     if race:
         code += ["comm.Barrier()              # every rank has returned: has a result changed?",
                  "for call, flat, result in returned" + ("[-1:]" if case["mode"] == "out"

@@ -91,6 +91,13 @@ def setting(spec: str, family: str) -> dict:
             OPENMPI_VARIABLE: str(OPENMPI_ALGORITHMS[name])}
 
 
+def uses_pyar(spec: str) -> bool:
+    """Whether target ``spec`` may run pyar (and follow its settings, e.g.
+    ``PYAR_REPRODUCIBLE``): all but the MPI library's and torch's own backends."""
+    kind, _, name = spec.partition(":")
+    return not (kind == "mpi" or (kind == "torch" and name != "pyar"))
+
+
 def own_job(spec: str) -> bool:
     """Whether target ``spec`` needs MPI jobs of its own: ``mpi:ALGO`` (its setting is read
     at MPI_Init) and ``torch:BACKEND`` (one process group a job)."""

@@ -212,6 +212,8 @@ class Runner:
             comm.Free()
         return {"verdict": verdict, "problems": problems[:8],
                 **({"unsupported": declined} if verdict == "unsupported" else {}),
+                **({"digest": digests[0]} if verdict == "pass" and case["dim"] ==
+                   "reproducible" and digests else {}),
                 "seconds": round(time.perf_counter() - start, 4)}
 
     def _disagreements(self, case, everyone, results, nan) -> list:
@@ -353,7 +355,54 @@ class Runner:
                                     + (f" [{rule}]" if rule else ""))
             if shared_result:
                 results[-1] = flat
+        if case["dim"] == "reproducible":
+            problems += self._reorderings(target, case, comm, args, results[0])
         return problems, results, ""
+
+    def _reorderings(self, target, case, comm, args, first) -> list:
+        """The reproducible dimension's calls (one call's case, contiguous, a new result): the
+        same contributions reversed and rotated among the ranks and cut into two calls, each
+        result held to the bits of the case's call here (``first``; None where it gave none:
+        then not compared); and for a sum, the last rank's contribution zeros, then the
+        others' alone on a communicator of their own, the second held to the first's bits.
+        Every rank makes every call it takes part in. Collective over ``comm``."""
+        rank, size, count = comm.Get_rank(), comm.Get_size(), case["count"]
+
+        def held(r):
+            return C.contribution(case, r, 0)
+
+        def call(what, x, on=comm):
+            try:
+                return target(x, on, **args)
+            except Exception as e:
+                problems.append(f"rank {rank}, {what}: raised {_one_line(e)}")
+
+        problems = []
+        if size > 1:
+            what = "the ranks reversed"
+            problems += _same_as(first, call(what, held(size - 1 - rank)), rank, what)
+        if size > 2:
+            what = "the ranks rotated"
+            problems += _same_as(first, call(what, held((rank + 1) % size)), rank, what)
+        if count > 2:
+            what, cut = f"cut in two calls (elements 0-{count // 3 - 1}, {count // 3}-" \
+                f"{count - 1})", count // 3
+            parts = [call(what, held(rank)[:cut].copy()), call(what, held(rank)[cut:].copy())]
+            if all(isinstance(p, np.ndarray) for p in parts):
+                problems += _same_as(first, np.concatenate([p.reshape(-1) for p in parts]),
+                                     rank, what)
+        if size > 1 and case["op"] == "sum":
+            last = f"rank {size - 1}'s contribution zeros"
+            zeros = held(rank) if rank < size - 1 else np.zeros(count, C.dtype_of(case))
+            base = call(last, zeros)
+            base = np.ascontiguousarray(base).reshape(-1) if isinstance(base, np.ndarray) \
+                else None
+            others = comm.Split(0 if rank < size - 1 else MPI.UNDEFINED, rank)
+            if others != MPI.COMM_NULL:
+                what = f"ranks 0-{size - 2} alone"
+                problems += _same_as(base, call(what, held(rank), others), rank, what, last)
+                others.Free()
+        return problems
 
     def _allgather(self, mine: dict) -> list:
         """Every rank's dict, by buffer-based calls on our own communicator."""
@@ -378,6 +427,22 @@ class Runner:
 def _loose_able(case) -> bool:
     """Whether the ``nan`` rule matters for ``case``: float max or min."""
     return case["op"] in ("max", "min") and case["dtype"] in C.FLOATS
+
+
+def _same_as(first, got, rank, what, against="as called") -> list:
+    """A problem unless ``got`` (the result of the call ``what``) has the bits of ``first``
+    (that of the call ``against``)."""
+    if first is None or got is None:            # (a call that raised: said already)
+        return []
+    if not isinstance(got, np.ndarray) or got.dtype != first.dtype or got.size != first.size:
+        return [f"rank {rank}, {what}: returned {getattr(got, 'dtype', type(got).__name__)} "
+                f"{getattr(got, 'shape', '')}, expected {first.dtype} ({first.size},)"]
+    got = np.ascontiguousarray(got).reshape(-1)
+    where, kinds = judge.disagreement([first, got])
+    if not where.size:
+        return []
+    return [f"rank {rank}, {what}: not reproducible: " + judge.describe_disagreement(
+        [first, got], where, kinds, labels=[against, what])]
 
 
 def _same_bits(a, b) -> bool:

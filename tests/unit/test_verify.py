@@ -189,7 +189,7 @@ def test_avg_summed_then_divided_or_divided_then_summed_passes(dtype):
 @pytest.mark.parametrize("size", [1, 2, 5, 8])
 def test_every_case_of_every_profile_is_valid_and_covers_every_dimension(profile, size):
     sweep = C.sweep(size, profile)
-    assert {c["dim"] for c in sweep} == set(C.DIMENSIONS)
+    assert {c["dim"] for c in sweep} == set(C.DEFAULT_DIMENSIONS)
     assert all(C.valid(c) for c in sweep)
     assert {c["dtype"] for c in sweep} == set(C.DTYPES)
     assert {c["layout"] for c in sweep} >= {"strided", "transposed", "3d"}
@@ -550,3 +550,14 @@ def test_the_race_cases_are_large_repeated_and_never_in_place(profile):
     assert max(c["count"] * 4 for c in races) > (256 << 10 if profile == "smoke" else 1 << 20)
     assert not any(c["race"] for c in C.sweep(3, profile) if c["dim"] != "races")
     assert not C.valid({**races[0], "mode": "inplace"})
+
+
+@pytest.mark.parametrize("profile", C.PROFILES)
+def test_the_reproducible_dimension_is_float_sums_and_averages_of_allreduce_only(profile):
+    cases = C.sweep(4, profile, ["reproducible"])
+    assert cases and all(c["dtype"] in C.FLOATS and c["op"] in ("sum", "avg") for c in cases)
+    assert ("float32", "sum") in {(c["dtype"], c["op"]) for c in cases}
+    assert "reproducible" not in C.DEFAULT_DIMENSIONS and "reproducible" in C.DIMENSIONS
+    assert not C.sweep(4, profile, ["reproducible"], "reduce_scatter")
+    if profile != "smoke":
+        assert {"random", "special", "halfcancel"} <= {c["values"] for c in cases}

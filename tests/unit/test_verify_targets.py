@@ -297,3 +297,38 @@ def test_a_send_buffer_reused_before_its_send_completes_is_caught_at_large_count
     assert _run_standalone(script, 3, tmp_path, "race.py")[0] == 1
     script = standalone.script(correct[0], 3, race["case"])
     assert _run_standalone(script, 3, tmp_path, "ring.py")[0] == 0
+
+
+def test_reproducible_sums_are_held_to_the_same_bits_across_rank_orders_counts_and_splits(
+        tmp_path):
+    """--reproducible: pyar's algorithms (PYAR_REPRODUCIBLE=1) and a correctly rounded sum
+    pass the reproducible dimension at 1 and 3 ranks, pyar's giving the same bits as each
+    other in every case (the report compares the targets' bits); the correct but order-dependent ring
+    fails it at 3 ranks, saying which reordering gave other bits, and passes at 1; pyar's
+    default sums fail it at 3 ranks. The ring's shrunk standalone reproducer fails, and
+    passes on the correctly rounded sum."""
+    from pyar.verify import standalone
+
+    ring, exact = f"{HERE / 'correct.py'}:ring", f"{HERE / 'correct.py'}:exact_sum"
+    report = check([ring, exact, "pyar:ring", "pyar:rabenseifner"], ranks=[1, 3],
+                   profile="quick", dims=["reproducible"], reproducible=True,
+                   shrink_examples=10, confirm=False)
+    verdicts = {(v["target"], v["ranks"]): v["verdict"] for v in report.verdicts()}
+    assert verdicts[ring, 3] == "failed" and verdicts[ring, 1] == "passed", report.text()
+    assert all(verdicts[t, n] == "passed" for t in (exact, "pyar:ring", "pyar:rabenseifner")
+               for n in (1, 3)), report.text()
+    problems = " ".join(p for r in report.failures for p in r["problems"])
+    assert "not reproducible" in problems and "the ranks reversed" in problems, report.text()
+    assert "--reproducible" in report.text().splitlines()[0]
+    pyars = {"pyar:ring", "pyar:rabenseifner"}           # the same bits as each other
+    assert all(any(pyars <= set(g) for g in u["groups"]) for u in report.unlike), report.text()
+    assert any("digest" in r for r in report.results if r["target"] == "pyar:ring")
+    default = check(["pyar:ring"], ranks=[3], profile="quick", dims=["reproducible"],
+                    shrink=False)
+    assert not default and "not reproducible" in default.text(), default.text()
+    (first, *_) = [r["smallest"] for r in report.results if r.get("smallest")]
+    rc, out = _run_standalone(first["standalone"], first["ranks"], tmp_path, "ring.py")
+    assert rc == 1 and "not reproducible" in out, out
+    script = standalone.script(exact, first["ranks"], first["case"])
+    rc, out = _run_standalone(script, first["ranks"], tmp_path, "exact.py")
+    assert rc == 0, out

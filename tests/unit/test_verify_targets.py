@@ -303,10 +303,10 @@ def test_reproducible_sums_are_held_to_the_same_bits_across_rank_orders_counts_a
         tmp_path):
     """--reproducible: pyar's algorithms (PYAR_REPRODUCIBLE=1) and a correctly rounded sum
     pass the reproducible dimension at 1 and 3 ranks, pyar's giving the same bits as each
-    other in every case (the report compares the targets' bits); the correct but order-dependent ring
-    fails it at 3 ranks, saying which reordering gave other bits, and passes at 1; pyar's
-    default sums fail it at 3 ranks. The ring's shrunk standalone reproducer fails, and
-    passes on the correctly rounded sum."""
+    other in every case (the report compares the targets' bits); the correct but
+    order-dependent ring fails it at 3 ranks, saying which reordering gave other bits, and
+    passes at 1; pyar's default sums fail it at 3 ranks. The ring's shrunk standalone
+    reproducer fails, and passes on the correctly rounded sum."""
     from pyar.verify import standalone
 
     ring, exact = f"{HERE / 'correct.py'}:ring", f"{HERE / 'correct.py'}:exact_sum"

@@ -314,8 +314,9 @@ def check(targets, ranks=RANKS, profile=PROFILE, dims=None, case_timeout=CASE_TI
     settings = {t: T.setting(t, family) for t in targets}     # ValueError naming valid ones
     extra = {"PYAR_REPRODUCIBLE": "1"} if reproducible else {}
     if reproducible:
-        dims = [*(C.DEFAULT_DIMENSIONS if dims is None else dims), "reproducible"]
-        dims = list(dict.fromkeys(dims))
+        dims = list(C.DEFAULT_DIMENSIONS if dims is None else dims)
+        if "reproducible" not in dims:
+            dims.append("reproducible")
     own = {t: t if T.own_job(t) else None for t in targets}
     sizes = ranks if isinstance(ranks, (list, tuple, range)) else parse_ranks(ranks)
     if nan not in judge.NAN_RULES:

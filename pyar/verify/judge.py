@@ -320,7 +320,10 @@ def describe_disagreement(results: list, where, kinds, limit: int = 3, ranks=Non
     agree named together (``ranks``: the rank of each result, default its position; or
     ``labels``, a name for each result, where they are not ranks' results)."""
     ranks = list(range(len(results))) if ranks is None else list(ranks)
-    name = (lambda agree: " = ".join(labels[k] for k in agree)) if labels else _ranks
+
+    def name(agree):            # (positions in results)
+        return " = ".join(labels[k] for k in agree) if labels else _ranks([ranks[k] for k in agree])
+
     n = results[0].size
     counts = {k: int((kinds == k).sum()) for k in DIFFERENCES if (kinds == k).any()}
     how = f"{next(iter(counts))} only" if len(counts) == 1 else ", ".join(
@@ -329,9 +332,9 @@ def describe_disagreement(results: list, where, kinds, limit: int = 3, ranks=Non
     shown = []
     for i in where[:limit]:
         groups = {}
-        for rank, r in zip(range(len(results)) if labels else ranks, results):
+        for k, r in enumerate(results):
             bits = int(np.ascontiguousarray(r[i:i + 1]).view(f"u{r.dtype.itemsize}")[0])
-            groups.setdefault((bits, repr(_item(r[i]))), []).append(rank)
+            groups.setdefault((bits, repr(_item(r[i]))), []).append(k)
         shown.append(f"[{i}] " + ", ".join(f"{name(agree)} 0x{bits:0{width}x} ({value})"
                                            for (bits, value), agree in groups.items()))
     subject = "the results" if labels else "ranks' results"

@@ -377,7 +377,7 @@ class Runner:
             except Exception as e:
                 problems.append(f"rank {rank}, {what}: raised {_one_line(e)}")
 
-        problems = []
+        problems, mine = [], held(rank)
         if size > 1:
             what = "the ranks reversed"
             problems += _same_as(first, call(what, held(size - 1 - rank)), rank, what)
@@ -385,22 +385,22 @@ class Runner:
             what = "the ranks rotated"
             problems += _same_as(first, call(what, held((rank + 1) % size)), rank, what)
         if count > 2:
-            what, cut = f"cut in two calls (elements 0-{count // 3 - 1}, {count // 3}-" \
-                f"{count - 1})", count // 3
-            parts = [call(what, held(rank)[:cut].copy()), call(what, held(rank)[cut:].copy())]
+            cut = count // 3
+            what = f"cut in two calls (elements 0-{cut - 1}, {cut}-{count - 1})"
+            parts = [call(what, mine[:cut].copy()), call(what, mine[cut:].copy())]
             if all(isinstance(p, np.ndarray) for p in parts):
                 problems += _same_as(first, np.concatenate([p.reshape(-1) for p in parts]),
                                      rank, what)
         if size > 1 and case["op"] == "sum":
             last = f"rank {size - 1}'s contribution zeros"
-            zeros = held(rank) if rank < size - 1 else np.zeros(count, C.dtype_of(case))
+            zeros = mine.copy() if rank < size - 1 else np.zeros_like(mine)
             base = call(last, zeros)
             base = np.ascontiguousarray(base).reshape(-1) if isinstance(base, np.ndarray) \
                 else None
             others = comm.Split(0 if rank < size - 1 else MPI.UNDEFINED, rank)
             if others != MPI.COMM_NULL:
                 what = f"ranks 0-{size - 2} alone"
-                problems += _same_as(base, call(what, held(rank), others), rank, what, last)
+                problems += _same_as(base, call(what, mine.copy(), others), rank, what, last)
                 others.Free()
         return problems
 

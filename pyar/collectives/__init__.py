@@ -47,12 +47,15 @@ class Work(NamedTuple):
     ``load()``, which puts x's contents in data again for another run on the same buffers
     (a persistent request's start; None where data is x's own memory or holds nothing of
     it). A record whose data is a copy of x but gives no ``load`` has no persistent form;
-    its blocking calls prepare their buffers anew each call."""
+    its blocking calls prepare their buffers anew each call. ``plain``: ``finish()`` only
+    returns the result, the same each call (no copy, no rounding), so that a call run
+    natively from start to end needs no Python after it."""
 
     data: np.ndarray
     reduced: np.ndarray | None
     finish: Callable
     load: Callable | None = None
+    plain: bool = False
 
 
 def widened(record, x: np.ndarray, out, rank: int, size: int, root: int, dtype) -> Work:
@@ -143,7 +146,7 @@ class Collective:
         new array, ``x`` in place, else an array of the result's shape and dtype); with
         ``copy`` False, data need not hold x (the plan's out-of-place variant reads x)."""
         work = buffers.prepare(x, out, copy)
-        return Work(work.data, work.data, work.finish, work.load)
+        return Work(work.data, work.data, work.finish, work.load, work.writeback is None)
 
     def library(self, comm, x, out, reduction, root: int, start: bool = False):
         """The MPI library's own collective from ``x`` into ``out`` (contiguous arrays of the

@@ -288,10 +288,11 @@ def warm_up(dtypes=DTYPES, *, fresh=False, file=None):
     """Compile (or load from the cache) the host kernels for ``dtypes`` on contiguous arrays;
     ``fresh``: empty their cache first."""
     if fresh:
-        for kernel in (*host.KERNELS, *exact.KERNELS, mailbox.run):
+        for kernel in (*host.KERNELS, *exact.KERNELS, mailbox.run, mailbox.start, mailbox.take):
             with _cache.lock(kernel):
                 kernel._cache.flush()
     mailbox.runner()
+    mailbox.starter()
     for dtype in dtypes:
         dst, src = np.ones(4, dtype), np.ones(4, dtype)
         reduce_into(dst, src, "sum")

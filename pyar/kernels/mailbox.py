@@ -207,6 +207,12 @@ def run(program, rows, start, call, fingerprint, seq, spins):
     a program's call number ``call`` (its half: ``call & 1``), with the mark ``fingerprint |
     (seq & 0x7FFFFFFF) << 32``; ``rows`` when done, else where it stopped (``-1 - row``:
     another call's mark)."""
+    return _run(program, rows, start, call, fingerprint, seq, spins)
+
+
+@njit(inline="always")
+def _run(program, rows, start, call, fingerprint, seq, spins):
+    """:func:`run`'s rows (inlined into it and into :func:`start`)."""
     half, mark = call & 1, fingerprint | (seq & 0x7FFFFFFF) << 32
     table = carray(_pointer(program), (rows, WIDTH), np.int64)
     for row in range(start, rows):
@@ -268,6 +274,105 @@ def run(program, rows, start, call, fingerprint, seq, spins):
 serialise(run)
 
 
+# A native start (:func:`start`): one call from Python runs a persistent request's whole
+# start when its program is all mailbox rows. Its state is three int64 tables that the
+# runtime makes once and the start reads and writes in place (absolute addresses):
+#   the request's START_WORDS words: its program (PROGRAM, ROWS, FINGERPRINT, SPINS), where
+#     its program's call counter is (CALLS: -1 once unusable), its communicator's words
+#     (COMM), the call token (TOKEN: 1 while no call is in progress) and the count of runs
+#     in flight (FLIGHT: the start runs only at 0), its recorder ring (RING, 0 if none) and
+#     its own number there (WHO), a copy of x into data to make first (LOAD_SRC, LOAD_DST,
+#     LOAD_BYTES), and what the start leaves for Python (SEQ, CALL: the call's number and
+#     its program's call number);
+#   the communicator's COMM_WORDS: its calls so far (COMM_SEQ), whether a call failed
+#     mid-way (COMM_BROKEN), and the fingerprints of its last RECENT calls (COMM_RECENT
+#     + seq % RECENT);
+#   a recorder ring: a header row (the next row to write, the rows) and a row per call
+#     (RING_SEQ, RING_WHO, RING_BEGAN, RING_ENDED: CLOCK_MONOTONIC nanoseconds, 0 while
+#     not ended).
+(PROGRAM, ROWS, FINGERPRINT, SPINS, CALLS, COMM, TOKEN, FLIGHT, RING, WHO, LOAD_SRC, LOAD_DST,
+ LOAD_BYTES, SEQ, CALL) = range(15)
+START_WORDS = 15
+RECENT = 16
+COMM_SEQ, COMM_BROKEN, COMM_RECENT = 0, 1, 2
+COMM_WORDS = COMM_RECENT + RECENT
+RING_SEQ, RING_WHO, RING_BEGAN, RING_ENDED = range(4)
+NOT_STARTED = -(1 << 62)    # start's answer where Python must start the call itself
+_CLOCK_MONOTONIC = 1
+
+
+@intrinsic
+def _clock(typingctx):
+    """``clock_gettime(CLOCK_MONOTONIC)`` in nanoseconds (``time.perf_counter_ns()``'s clock)."""
+    def codegen(context, builder, sig, args):
+        timespec = ir.LiteralStructType([_I64, _I64])
+        now = cgutils.alloca_once(builder, timespec)
+        gettime = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            ir.IntType(32), [ir.IntType(32), timespec.as_pointer()]), "clock_gettime")
+        builder.call(gettime, [ir.Constant(ir.IntType(32), _CLOCK_MONOTONIC), now])
+        seconds = builder.load(cgutils.gep_inbounds(builder, now, 0, 0))
+        nanoseconds = builder.load(cgutils.gep_inbounds(builder, now, 0, 1))
+        return builder.add(builder.mul(seconds, ir.Constant(_I64, 1_000_000_000)), nanoseconds)
+    return types.int64(), codegen
+
+
+@njit(cache=True)
+def start(words):
+    """Start the request whose words are at address ``words`` (see above): where no call is
+    in progress on its communicator, none in flight, the communicator usable and the
+    program not, number the call, record it, copy x in, run the program; 0 when the call
+    is complete, ``1 + row`` where it stopped waiting at ``row`` (Python goes on from
+    there), :func:`run`'s negative answer where a row went wrong, :data:`NOT_STARTED`
+    where nothing was done. A call it numbered and did not complete holds the call token
+    (taken here: the caller gives it back once it has gone on with the call)."""
+    w = carray(_pointer(words), START_WORDS, np.int64)
+    comm = carray(_pointer(w[COMM]), COMM_WORDS, np.int64)
+    calls = _as(w[CALLS], 1, np.int64)
+    if _as(w[TOKEN], 1, np.int64)[0] != 1 or _as(w[FLIGHT], 1, np.int64)[0] != 0 or \
+            comm[COMM_BROKEN] != 0 or calls[0] < 0:
+        return NOT_STARTED
+    seq = comm[COMM_SEQ] + 1
+    comm[COMM_SEQ] = seq
+    comm[COMM_RECENT + seq % RECENT] = w[FINGERPRINT]
+    ring, row = w[RING], 0
+    if ring != 0:
+        head = _as(ring, 2, np.int64)
+        row = 1 + head[0]
+        head[0] = head[0] + 1 if head[0] + 1 < head[1] else 0
+        entry = _as(ring + row * 32, 4, np.int64)
+        entry[RING_SEQ], entry[RING_WHO], entry[RING_BEGAN], entry[RING_ENDED] = \
+            seq, w[WHO], _clock(), 0
+    if w[LOAD_BYTES] > 0:
+        _copy(w[LOAD_DST], w[LOAD_SRC], w[LOAD_BYTES])
+    call = calls[0]
+    w[SEQ], w[CALL] = seq, call
+    at = _run(w[PROGRAM], w[ROWS], 0, call, w[FINGERPRINT], seq, w[SPINS])
+    if at != w[ROWS]:
+        _as(w[TOKEN], 1, np.int64)[0] = 0
+        return at + 1 if at >= 0 else at
+    calls[0] = call + 1
+    if ring != 0:
+        _as(ring + row * 32, 4, np.int64)[RING_ENDED] = _clock()
+    return 0
+
+
+serialise(start)
+
+
+@njit(cache=True)
+def take(token):
+    """Take the call token at address ``token`` (1 while free): whether it was free. Atomic
+    between Python threads (the call holds the GIL), as :func:`start`'s test of it is."""
+    t = _as(token, 1, np.int64)
+    if t[0] != 1:
+        return False
+    t[0] = 0
+    return True
+
+
+serialise(take)
+
+
 def kind(dtype, op: str) -> int:
     """A FOLD row's last column: ``dtype`` (one of DTYPES) and ``op`` (one of OPS)."""
     return DTYPES.index(np.dtype(dtype)) * 4 + OPS.index(op)
@@ -278,7 +383,26 @@ def runner():
     checks (compiled, or loaded from the cache, now)."""
     table = np.zeros((1, WIDTH), np.int64)
     run(table.ctypes.data, 0, 0, 0, 1, 0, 1)
+    return _entry(run, 7)
+
+
+def starter():
+    """(:func:`start`, :func:`take`) as machine code for an int argument, called without the
+    dispatcher's type checks (compiled, or loaded from the cache, now): a start from
+    Python costs about one call of a C function."""
+    token = np.zeros(1, np.int64)
+    take(token.ctypes.data)
+    words, comm = np.zeros(START_WORDS, np.int64), np.zeros(COMM_WORDS, np.int64)
+    words[COMM], words[CALLS], words[TOKEN], words[FLIGHT] = (
+        comm.ctypes.data, token.ctypes.data, token.ctypes.data, token.ctypes.data)
+    start(words.ctypes.data)        # (token 0: nothing done)
+    return _entry(start, 1), _entry(take, 1)
+
+
+def _entry(kernel, arguments: int):
+    """The compiled entry point of ``kernel`` for ``arguments`` int64s (the dispatcher
+    itself where Numba keeps none: the simulator)."""
     try:
-        return run.overloads[(types.int64,) * 7].entry_point
+        return kernel.overloads[(types.int64,) * arguments].entry_point
     except (AttributeError, KeyError):
-        return run
+        return kernel

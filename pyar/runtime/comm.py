@@ -26,11 +26,12 @@ from mpi4py import MPI
 
 from ..core.errors import MismatchError, PyarError, TimeoutError
 from ..core.topology import Topology
+from ..kernels import mailbox
 from . import notice, progress, recorder, settings
 from .p2p import tag_bits
 
 _PLAN_CACHE = 256        # compiled (collective, algorithm, count) plans kept per Comm
-_RECENT = notice.RECENT
+_RECENT = mailbox.RECENT
 
 
 _WORDS = 512           # bytes of a rank's call in words, in check_call's error path
@@ -68,7 +69,9 @@ def _free_duplicate(comm, keyval, attr):
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_duplicate)
 _MAKING: set = set()                # handles of the communicators whose Comm is being made
 _MAKING_LOCK = threading.Lock()
-_ANY_CALL = [True]                  # every Comm's busy, when MPI has less than THREAD_MULTIPLE
+_ANY_CALL = np.ones(1, np.int64)    # every Comm's token, when MPI has less than THREAD_MULTIPLE
+_CALLS_KEPT = 1 << 12               # fingerprints a Comm keeps the calls of (beyond: its recent)
+_take = [None]                      # kernels.mailbox.take, loaded with the first Comm
 _LEVELS = {MPI.THREAD_SINGLE: "MPI_THREAD_SINGLE", MPI.THREAD_FUNNELED: "MPI_THREAD_FUNNELED",
            MPI.THREAD_SERIALIZED: "MPI_THREAD_SERIALIZED"}
 
@@ -117,14 +120,20 @@ class Comm:
         self.size = self.mpi.Get_size()
         self.topology = self._discover_topology()
         self.plans: dict = {}
-        self.seq = 0                # collectives called on this Comm so far
-        self.recent = [(1, None)] * notice.RECENT  # [seq % RECENT]: (fingerprint, call) of each
+        # the calls so far, whether one failed mid-way, and the fingerprints of the RECENT last
+        # ones (kernels.mailbox's COMM_WORDS: a native start numbers its call here itself)
+        self.words = np.zeros(mailbox.COMM_WORDS, np.int64)
+        self.words[mailbox.COMM_RECENT:] = 1
+        self.calls: dict = {1: None}    # fingerprint: the call (notice.fingerprint)
         self.agreed: set = set()    # of the recent calls, those that went through agree()
         fp_bits, self._seq_bits = tag_bits()
         self._fp_mask, self._seqs = (1 << fp_bits) - 1, (1 << self._seq_bits) - 1
         self.broken = None          # why its ranks are out of step, once a call failed mid-way
-        # its one token while no call is in progress on it (see enter)
-        self.busy = [True] if MPI.Query_thread() >= MPI.THREAD_MULTIPLE else _ANY_CALL
+        # its call token, 1 while no call is in progress on it (see enter)
+        self.token = np.ones(1, np.int64) if MPI.Query_thread() >= MPI.THREAD_MULTIPLE \
+            else _ANY_CALL
+        if _take[0] is None:
+            _take[0] = mailbox.starter()[1]
         self.recorder = recorder.attach(self, recorder.DEFAULT_CALLS if self.settings.
                                         trace_buffer is None else self.settings.trace_buffer)
         for made in self.on_made:
@@ -184,24 +193,27 @@ class Comm:
         finally:
             _MAKING.discard(handle)
 
+    @property
+    def seq(self) -> int:
+        """The collectives called on this Comm so far (the last one's number)."""
+        return self.words.item(mailbox.COMM_SEQ)
+
     def enter(self, what: str) -> None:
-        """Begin a call (``what``, e.g. ``"pyar.allreduce"``) on this Comm: take the token of
-        :attr:`busy`, or raise PyarError saying why another thread's call in progress on it
-        forbids this one; :meth:`leave` gives it back. (``busy`` is a list holding one token
-        while no call is in progress: ``pop`` takes it atomically, as a lock's non-blocking
-        acquire would, at a fifth of the cost on the small path.)"""
-        try:
-            self.busy.pop()
-        except IndexError:
-            raise _overlap_error(what) from None
+        """Begin a call (``what``, e.g. ``"pyar.allreduce"``) on this Comm: take its call token
+        (:attr:`token`, an int64 word: 1 while no call is in progress, taken natively, so
+        atomically between threads, as a native start tests it), or raise PyarError saying
+        why another thread's call in progress on it forbids this one; :meth:`leave` gives
+        it back."""
+        if not _take[0](self.token.ctypes.data):
+            raise _overlap_error(what)
 
     def leave(self) -> None:
         """End the call :meth:`enter` began."""
-        self.busy.append(True)
+        self.token[0] = 1
 
     def in_call(self) -> bool:
         """Whether a call is in progress on this Comm (in some thread)."""
-        return not self.busy
+        return self.token.item(0) != 1
 
     def next_tag(self, entry: tuple = (1, None)) -> int:
         """Number the next collective on this Comm (:attr:`seq`) and remember its ``entry``,
@@ -209,9 +221,34 @@ class Comm:
         and the sequence number (:func:`pyar.runtime.p2p.tag_bits`), so that collectives
         in flight together have tags of their own and a message of another call never
         matches."""
-        seq = self.seq = self.seq + 1
-        self.recent[seq % _RECENT] = entry
+        words = self.words
+        seq = words.item(mailbox.COMM_SEQ) + 1
+        words[mailbox.COMM_SEQ] = seq
+        words[mailbox.COMM_RECENT + seq % _RECENT] = entry[0]
+        self.know(*entry)
         return (entry[0] & self._fp_mask) << self._seq_bits | 1 + seq % self._seqs
+
+    def know(self, fingerprint: int, call) -> None:
+        """Remember that ``fingerprint`` is ``call``'s (for the calls that a native start
+        numbers: their request says so once); beyond :data:`_CALLS_KEPT` fingerprints, only
+        the recent calls' are kept."""
+        calls = self.calls
+        if fingerprint not in calls:
+            if len(calls) >= _CALLS_KEPT:
+                recent = set(self.words[mailbox.COMM_RECENT:].tolist())
+                self.calls = calls = {f: c for f, c in calls.items() if f in recent}
+            calls[fingerprint] = call
+
+    def recent(self, seq: int) -> tuple:
+        """(fingerprint, call) of call number ``seq``, one of the last :data:`RECENT` (the
+        fingerprint 1 and no call: none, or one that failed before its first message)."""
+        fingerprint = self.words.item(mailbox.COMM_RECENT + seq % _RECENT)
+        return fingerprint, self.calls.get(fingerprint)
+
+    def unnumbered(self) -> None:
+        """The current call failed before its first message, as every rank learnt: its
+        number is left with no call."""
+        self.words[mailbox.COMM_RECENT + self.seq % _RECENT] = 1
 
     def check_usable(self) -> None:
         """PyarError if a call on this Comm failed mid-way (its ranks are out of step)."""
@@ -226,6 +263,7 @@ class Comm:
         (that peer completed the calls before its failed one)."""
         if self.broken is None:
             self.broken = f"{what} failed mid-way ({type(error).__name__}: {error})"
+            self.words[mailbox.COMM_BROKEN] = 1
             if getattr(error, "failed_rank", None) is None:
                 progress.stop(self, error)
             self._retire()

@@ -69,6 +69,7 @@ from mpi4py import MPI
 
 from ..core import errors
 from ..core.ops import DTYPES, Op
+from ..kernels import mailbox
 from . import progress
 
 TAG = 1                     # on the Notice's own communicator: nothing else travels there
@@ -76,7 +77,7 @@ NBYTES = 4096               # the largest notice (texts are cut to fit)
 STALL_SECONDS = 0.1         # a wait this long sends the peers what it is calling
 STALLED_AFTER_FAILURE = 1.0 # a call stalled this long after a peer failed a later one
 FREE_SECONDS = 60.0         # the longest free() waits for the other ranks' notices
-RECENT = 16                 # calls a Comm remembers (``recent[seq % RECENT]``) for "at" notices
+RECENT = mailbox.RECENT     # calls a Comm remembers (:meth:`Comm.recent`) for "at" notices
 listeners: list = []
 _LIVE: weakref.WeakSet = weakref.WeakSet()    # the Notices that stalled waits poll
 _LIVE_LOCK = threading.RLock()  # held to change or list _LIVE: threads make, free and poll
@@ -182,7 +183,7 @@ class Notice:
 
     def _mine(self, seq: int):
         """(fingerprint, call) of the owner's call number ``seq`` (one of its recent ones)."""
-        return self.owner.recent[seq % RECENT]
+        return self.owner.recent(seq)
 
     def _post(self, message: dict) -> None:
         for listener in listeners:

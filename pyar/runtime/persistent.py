@@ -51,17 +51,21 @@ from ..collectives import widened
 from ..core import buffers, ops
 from ..core.errors import PyarError
 from ..core.ops import Op
+from ..kernels import mailbox
 from ..model import tuner
 from . import calls, notice, progress, recorder, shm
 from .baseline import built_in, library
 from .comm import Comm
 from .plan import RESIDENT_BYTES, Engine
+from .programs import Resident
 from .progress import Run
 
 recorder.on_call_path(__file__)     # a call record's caller is outside this module
 
 IDLE, ACTIVE, FREED = "inactive", "active", "freed"   # a request's states
 _clock, _ENDED = recorder.clock, recorder.ENDED
+_native_start = None        # kernels.mailbox.start, loaded with the first native request
+_NOT_STARTED = mailbox.NOT_STARTED
 
 
 class Persistent:
@@ -80,7 +84,7 @@ class Persistent:
                  "timeout", "work", "engine", "load", "then", "state", "run", "result",
                  "began", "seq", "x", "out", "kind", "plan", "source", "reduction", "seen",
                  "fresh", "label", "finish", "averaged", "held", "numbered", "shapes",
-                 "wire", "direct", "__weakref__")
+                 "wire", "direct", "words", "at", "__weakref__")
 
     def __init__(self, record, x, out, op, algorithm, comm, root, timeout, then=None,
                  kind="own", held=False, reduce_dtype=None):
@@ -118,8 +122,8 @@ class Persistent:
         self.sig = (record.name, None if op is None else op.value, x.dtype.name, x.size,
                     x.shape, root, name)
         self.then, self.state, self.run, self.result, self.began = then, IDLE, None, None, None
-        self.plan = self.engine = None
-        self.seq, self.seen, self.fresh = 0, None, False
+        self.plan = self.engine = self.words = None
+        self.seq, self.seen, self.fresh, self.at = 0, None, False, 0
         # the ranks agree at a persistent request's init (a numbered call of its own, as
         # MPI_Allreduce_init is collective), and at a call's where its plan is compiled now,
         # which every rank does at the same call (numbered here, for its start)
@@ -153,7 +157,7 @@ class Persistent:
                 raise refused
         except BaseException as e:  # before any message, as every rank learnt (agreed): the
             if c.broken is None:    # number is left with no call
-                c.recent[c.seq % notice.RECENT] = (1, None)
+                c.unnumbered()
             if isinstance(e, PyarError):
                 recorder.failed(self.began, e)
             raise
@@ -209,11 +213,15 @@ class Persistent:
         its mailboxes exist on every rank by now)."""
         c, plan, source = self.c, self.plan, self.source
         kind = kind or self.kind
-        if kind == "bound":
-            source = None           # (x may change from call to call: loaded, not bound)
-        if kind == "keep":          # another x into the same data: the engine stays
-            source = None
-        elif self.engine is not None:
+        if kind == "keep":          # another x into the same data: the engine stays (its
+            reads = self.engine.resident        # program reads the new x, if it read x)
+            if reads is None or reads.source is None:
+                source = None
+            elif source is not None:
+                reads.refill(source)
+            else:                   # (a program that cannot read this x: bound anew)
+                kind = "bound"
+        if kind != "keep" and self.engine is not None:
             self.engine.free()
         if kind == "keep":
             pass
@@ -236,6 +244,43 @@ class Persistent:
         self.work, self.x, self.out, self.finish = work, x, out, work.finish
         self.shapes = (x.shape, None, None) if out is None else (x.shape, out.shape, out.dtype)
         self.averaged = work.reduced if self.op is Op.AVG else None   # where avg divides
+        self.words = self._words(kind)
+        self._arm()
+
+    def _words(self, kind: str):
+        """The words of this request's native start (:func:`pyar.kernels.mailbox.start`), or
+        None where a start needs Python: its plan is not one native program of a Resident's
+        (small, every message a mailbox one), or x is loaded, the result finished, averaged
+        or mapped in Python, or PYAR_CHECK checks each call."""
+        c, engine, work = self.c, self.engine, self.work
+        program = engine.program
+        if kind == "once" or not isinstance(program, Resident) or program is not \
+                engine.resident or engine.before is not None or engine.after is not None or \
+                self.load is not None or not work.plain or self.averaged is not None or \
+                self.then is not None or self.fresh or c.check:
+            return None
+        global _native_start
+        if _native_start is None:
+            _native_start = mailbox.starter()[0]
+        words = np.zeros(mailbox.START_WORDS, np.int64)
+        words[mailbox.PROGRAM], words[mailbox.ROWS] = program.address, program.rows
+        words[mailbox.FINGERPRINT] = program.fingerprint
+        words[mailbox.SPINS] = program.start_spins if kind == "own" else program.blocking_spins
+        words[mailbox.CALLS] = program.channels.counter.ctypes.data
+        words[mailbox.COMM], words[mailbox.TOKEN] = c.words.ctypes.data, c.token.ctypes.data
+        words[mailbox.FLIGHT] = progress.FLIGHT.ctypes.data
+        if c.recorder is not None:
+            words[mailbox.RING] = c.recorder.ring.ctypes.data
+            words[mailbox.WHO] = c.recorder.register(self.sig, self.asked)
+        c.know(*self.entry)
+        self.result = work.finish()
+        return words
+
+    def _arm(self) -> None:
+        """Let a start be native (:attr:`at`, the address of its words; 0: none) where it
+        may, once the number that the request's setup gave its first call is used."""
+        self.at = 0 if self.words is None or self.numbered is not None else \
+            self.words.ctypes.data
 
     def _settle(self) -> None:
         """The bound buffers are kept from start to start: where the node's ranks read them
@@ -255,17 +300,35 @@ class Persistent:
                f"{self.state}>"
 
     def start(self) -> None:
-        """Start the collective on the bound buffers (nonblocking)."""
+        """Start the collective on the bound buffers (nonblocking): where the request runs
+        natively (:meth:`_words`) and nothing is in flight, one native call."""
+        at, c = self.at, self.c
+        if at and self.state is IDLE:
+            went = _native_start(at)
+            if went == 0:
+                self.state, self.run = ACTIVE, None
+                return
+            if went != _NOT_STARTED:        # (the native start holds the call token)
+                try:
+                    self._start(c, False, went)
+                finally:
+                    c.leave()
+                return
         if self.state is not IDLE:
             raise self._refused("start")
-        c = self.c
         c.enter(self.label)
         try:
             self._start(c)
         finally:
             c.leave()
 
-    def _start(self, c: Comm, blocking: bool = False) -> None:
+    def _start(self, c: Comm, blocking: bool = False, went: int | None = None) -> None:
+        """Start the call (the caller holds the call token); ``went``: the native start's
+        answer where it numbered the call and stopped (:func:`pyar.kernels.mailbox.start`),
+        to go on from."""
+        if went is not None:
+            self._went_on(c, went)
+            return
         if c.broken is not None:    # a peer's failure told meanwhile is raised first, once
             c.notice.receive(True)
             c.check_usable()
@@ -278,12 +341,13 @@ class Persistent:
                     c.check_call(self.call, progress.deadline_of(self.timeout),
                                  self._what(c.seq))
                 except BaseException as e:
-                    c.recent[c.seq % notice.RECENT] = (1, None)
+                    c.unnumbered()
                     if isinstance(e, PyarError):
                         recorder.failed(self.began, e)
                     raise
         else:
             self.numbered = None        # (numbered and recorded by the init, which agreed)
+            self._arm()
         self.seq = seq = c.seq
         engine = self.engine
         self.state = ACTIVE
@@ -307,6 +371,28 @@ class Persistent:
             self.state, self.run = IDLE, None
             self._failed(e, None)
             raise
+        self._launch(c, seq, steps, ctx, done, abandon)
+
+    def _went_on(self, c: Comm, went: int) -> None:
+        """Go on with the call that a native start numbered, recorded natively and ran up to
+        a row it stopped at (``went`` - 1), or at which it went wrong (``went`` < 0)."""
+        words, program = self.words, self.engine.program
+        self.seq = seq = words.item(mailbox.SEQ)
+        call = words.item(mailbox.CALL)
+        self.began = self._record(c, self.sig)
+        self.state = ACTIVE
+        try:
+            if went < 0:
+                raise program._failed(went, call, seq)
+            steps, ctx, done, abandon = program.execution(seq, went - 1, call)
+        except BaseException as e:
+            self.state, self.run = IDLE, None
+            self._failed(e, None)
+            raise
+        self._launch(c, seq, steps, ctx, done, abandon)
+
+    def _launch(self, c: Comm, seq: int, steps, ctx, done, abandon) -> None:
+        """Put the rest of call ``seq`` in flight: its ``steps`` as a Run."""
         self.run = run = Run(steps, ctx, self._finisher(done), self._what(seq),
                              lambda error: self._failed(error, abandon),
                              progress.deadline_of(self.timeout), (self.began, c))
@@ -418,7 +504,24 @@ class Persistent:
         """The blocking call on ``x`` and ``out``: this (cached) request bound to them if it
         is not yet, started and waited for. Binding is local: the same arrays twice in a
         row bind the plan's Resident to them (no copies); other arrays go through its own
-        buffers. With ``out`` None, the result is a new array each call."""
+        buffers. With ``out`` None, the result is a new array each call. The same arrays
+        again, with no timeout of its own: one native call, where :meth:`start`'s is."""
+        at = self.at
+        if at and x is self.x and out is self.out and timeout is None and self.seen and \
+                self.state is IDLE and (x.shape, out.shape, out.dtype) == self.shapes and \
+                out.flags.writeable:        # (arrays reshaped or frozen since: checked)
+            went = _native_start(at)
+            if went == 0:
+                return self.result
+            if went != _NOT_STARTED:        # (the native start holds the call token)
+                c = self.c
+                self.timeout = c.timeout
+                try:
+                    self._start(c, True, went)
+                    result = self.wait()
+                finally:
+                    c.leave()
+                return result
         if self.seen is None:       # its first call, on the arrays its init bound
             self.seen = False
         elif out is None or out is not self.out or self.fresh or x.shape != self.shapes[0] \

@@ -555,6 +555,12 @@ class Resident(_Program):
                                   for i, (where, first, end) in enumerate(bounds)]
         _LIVE.add(self)
 
+    def refill(self, source: np.ndarray) -> None:
+        """Copy data from ``source`` from now on (a program with a source row: C-contiguous,
+        as many bytes as data, apart from it, kept alive by this object)."""
+        self.source = source
+        self.program[0, 3] = self.program[0, 4] = source.ctypes.data
+
     def execution(self, seq: int = 0, at: int = 0, call: int | None = None):
         """(steps, ctx, done, abandon) of call number ``seq`` as :class:`~.progress.Run` drives
         them: the native program's rows from row ``at`` of its call ``call`` (None: a new

@@ -39,6 +39,8 @@ import time
 import warnings
 from functools import partial
 
+import numpy as np
+
 from ..core.errors import PyarError, TimeoutError
 
 hook = None                 # hook(event, run, step) or None; see the module docstring
@@ -46,6 +48,10 @@ _listeners: list = []       # what :func:`listen` put on the hook
 on_stall = None             # on_stall(seconds waited): a stalled wait's duty (notice.poll)
 STALL_POLL = 1e-3           # seconds between a stalled wait's calls of on_stall
 OPEN: list = []             # runs in flight (nonblocking collectives not yet complete)
+# what keeps a native start (kernels.mailbox.start) from running at once: the runs in
+# OPEN, a hook set, a progress thread running (their count: 0 lets it run); :func:`_fly`,
+# :func:`_land` and :func:`_flight` keep it
+FLIGHT = np.zeros(1, np.int64)
 WAITED: list = []           # runs being waited for (out of OPEN meanwhile: advanced by
                             # their wait alone)
 ABANDONED: list = []        # contexts (buffers) of failed runs: MPI may still write there
@@ -203,7 +209,7 @@ class Run:
             with _lock:     # advanced by this wait alone meanwhile (not also by its passes
                 waited = self in OPEN           # over the runs in flight: on a busy node,
                 if waited:                      # a poll is the core's time a peer needs)
-                    OPEN.remove(self)
+                    _land(self)
                 WAITED.append(self)
             try:
                 wait_for(self.progress, deadline, self.stalled)
@@ -211,7 +217,7 @@ class Run:
                 if e.failed_rank is None and (own is None or _monotonic() < own):
                     if waited and not self.done:
                         with _lock:
-                            OPEN.append(self)
+                            _fly(self)
                     raise
                 self.fail(e)
             except BaseException as e:
@@ -222,7 +228,7 @@ class Run:
         if OPEN and self in OPEN:       # (complete: out of flight now, not at the next pass)
             with _lock:
                 if self in OPEN:
-                    OPEN.remove(self)
+                    _land(self)
         if self.error is not None:
             raise self.error
         return self.result
@@ -293,7 +299,7 @@ def progress_open() -> None:
     with _lock:
         for run in list(OPEN):
             if run.progress():
-                OPEN.remove(run)
+                _land(run)
 
 
 def deadline_of(timeout) -> float | None:
@@ -374,13 +380,13 @@ def start(run: Run) -> Run:
     with _lock:
         if thread is not None:      # its first step begins here, in this rank's call order
             run.begin()             # (MPI's own collectives match in the order started)
-            OPEN.append(run)
+            _fly(run)
             _wake.set()
         else:
             if OPEN:
                 progress_open()
             if not run.progress():
-                OPEN.append(run)
+                _fly(run)
     return run
 
 
@@ -438,6 +444,7 @@ class Progress:
                                 "initialized with less (mpi4py.rc.thread_level)")
             thread = threading.Thread(target=_progress_loop, name="pyar-progress",
                                        daemon=True)
+            _flight()
             thread.start()
         return self
 
@@ -446,6 +453,7 @@ class Progress:
         _users -= 1
         if _users == 0 and thread is not None:
             stopping, thread = thread, None
+            _flight()
             _wake.set()
             stopping.join()
         return False
@@ -460,6 +468,27 @@ def from_environment() -> None:
     if text == "1" and thread is None:
         whole = Progress().__enter__()
         atexit.register(whole.__exit__, None, None, None)
+
+
+def _fly(run: Run) -> None:
+    """Put ``run`` in :data:`OPEN`."""
+    OPEN.append(run)
+    FLIGHT[0] = _flying()
+
+
+def _land(run: Run) -> None:
+    """Take ``run`` out of :data:`OPEN`."""
+    OPEN.remove(run)
+    FLIGHT[0] = _flying()
+
+
+def _flight() -> None:
+    """:data:`FLIGHT` anew (a hook or the progress thread set or unset)."""
+    FLIGHT[0] = _flying()
+
+
+def _flying() -> int:
+    return len(OPEN) + (hook is not None) + (thread is not None)
 
 
 def quiet() -> bool:
@@ -481,6 +510,7 @@ def listen(listener) -> None:
     if listener not in _listeners:
         _listeners.append(listener)
     hook = _listeners[0] if len(_listeners) == 1 else _fan_out
+    _flight()
 
 
 def unlisten(listener) -> None:
@@ -489,6 +519,7 @@ def unlisten(listener) -> None:
     if listener in _listeners:
         _listeners.remove(listener)
     hook = None if not _listeners else _listeners[0] if len(_listeners) == 1 else _fan_out
+    _flight()
 
 
 def _fan_out(event, run, step) -> None:

@@ -24,8 +24,9 @@ job): on a timeout, a mismatch or any other pyar error a call raises, on
 only once the call returns, so give the job a timeout), on
 :func:`peer_failed` (a peer's failure announced; once per failed call) and on
 ``pyar.dump()``. ``pyar doctor DIR`` reads the dumps. Cost per call: a slot's
-eight fields written, two clock reads, one walk up the caller's frames
-(``benchmarks/recorder_cost.py`` measures it).
+eight fields written, two clock reads, one walk up the caller's frames; a native
+start's row (:class:`Recorder`'s ``ring``) four words and two clock reads in
+machine code (``benchmarks/recorder_cost.py`` measures it).
 """
 
 from __future__ import annotations
@@ -66,20 +67,49 @@ _getframe = sys._getframe
 class Recorder:
     """One communicator's ring of call records: ``slots``, ``n`` records made at once and
     overwritten in turn (no allocation per call); ``next`` the slot the next call takes.
-    A slot no call has taken yet has number 0 (no call has)."""
+    A slot no call has taken yet has number 0 (no call has).
 
-    __slots__ = ("slots", "next", "comm", "index", "__weakref__")
+    A native start (:func:`pyar.kernels.mailbox.start`) writes its record natively into
+    ``ring`` instead: an int64 table of ``n`` rows after a header row (the next row, ``n``),
+    a row ``(seq, who, began, ended)`` per call in CLOCK_MONOTONIC nanoseconds (ended 0:
+    not complete), ``who`` naming what :meth:`register` knows of its request: the call's
+    signature, the line that made the request, and its algorithm argument. The records
+    are the newest ``n`` of both, by number (:attr:`calls`)."""
+
+    __slots__ = ("slots", "next", "ring", "who", "whom", "comm", "index", "__weakref__")
 
     def __init__(self, comm, n: int, index: int):
         self.slots = [[0, None, None, 0, 0.0, None, None, None] for _ in range(n)]
         self.next = 0
+        self.ring = np.zeros((n + 1, 4), np.int64)
+        self.ring[0, 1] = n
+        self.who: list = []         # [who]: (signature, code, line, asked)
+        self.whom: dict = {}        # (signature, code, line, asked): who
         self.comm = weakref.ref(comm)
         self.index = index          # the how-manieth Comm of this process (alike on its ranks)
 
+    def register(self, sig: tuple, asked: str) -> int:
+        """The number that a native start's records of a request with signature ``sig`` and
+        algorithm argument ``asked``, made by the caller's caller (outside the call path),
+        carry: one per distinct request and line."""
+        known = (sig, *caller(), asked)
+        who = self.whom.get(known)
+        if who is None:
+            who = self.whom[known] = len(self.who)
+            self.who.append(known)
+        return who
+
     @property
     def calls(self) -> list:
-        """The records of the calls kept, oldest first."""
-        return [e for e in self.slots[self.next:] + self.slots[:self.next] if e[SEQ]]
+        """The records of the calls kept, oldest first (a call that a native start began and
+        Python went on with has its Python record)."""
+        calls = {e[SEQ]: e for e in self.slots if e[SEQ]}
+        for seq, who, began, ended in self.ring[1:][self.ring[1:, 0] > 0].tolist():
+            if seq not in calls:
+                sig, code, line, asked = self.who[who]
+                calls[seq] = [seq, sig, code, line, began * 1e-9,
+                              ended * 1e-9 if ended else None, None, asked]
+        return [calls[seq] for seq in sorted(calls)[-len(self.slots):]]
 
 
 _live: list = []            # weakrefs to every Recorder, in the order their Comms were made

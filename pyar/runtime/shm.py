@@ -360,11 +360,22 @@ class Channels:
     calls run so far (None once unusable), and the memory barrier ``sync``
     (:func:`pyar.kernels.mailbox.fence`; None on x86-64, which needs none); ``span``: where
     its ``into`` mailboxes lie in this rank's segment (``(start, end)`` bytes); ``attach``:
-    a Stream's, its pool's :attr:`Pool.attach`."""
+    a Stream's, its pool's :attr:`Pool.attach`. The count of calls is the int64 word
+    ``counter`` (-1: unusable), which a native start reads and advances itself."""
 
     def __init__(self, out: dict, into: dict, sync, span=(0, 0)):
-        self.out, self.into, self.sync, self.calls = out, into, sync, 0
+        self.out, self.into, self.sync = out, into, sync
+        self.counter = np.zeros(1, np.int64)
         self.span, self.released, self.attach = span, False, 0
+
+    @property
+    def calls(self) -> int | None:
+        n = self.counter.item(0)
+        return None if n < 0 else n
+
+    @calls.setter
+    def calls(self, n: int | None) -> None:
+        self.counter[0] = -1 if n is None else n
 
 
 class Pool:

@@ -40,11 +40,11 @@ def test_a_call_interrupted_mid_way_makes_its_communicator_unusable(comm):
             raise KeyboardInterrupt
 
     if comm.rank == 0:
-        progress.hook = interrupt
+        progress.listen(interrupt)
     try:
         first = outcome(lambda: pyar.allreduce(x, algorithm="ring", comm=mine, timeout=3))
     finally:
-        progress.hook = None
+        progress.unlisten(interrupt)
     later = outcome(lambda: pyar.allreduce(x, algorithm="ring", comm=mine))
     if comm.rank == 0:
         ok = isinstance(first, KeyboardInterrupt) and isinstance(later, pyar.PyarError) and \

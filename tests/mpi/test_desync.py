@@ -208,11 +208,11 @@ def test_a_peer_failure_heard_early_raises_once_then_the_comm_is_unusable(comm, 
             hear()
 
     if comm.rank and heard != "between calls":
-        progress.hook = hold
+        progress.listen(hold)
     try:
         pyar.allreduce(x, comm=c)
     finally:
-        progress.hook = None
+        progress.unlisten(hold)
     if comm.rank == 0:
         c.abandon("allreduce #2 on rank 0 (ring, 4 float32)", pyar.TimeoutError("injected"))
     elif heard == "between calls":

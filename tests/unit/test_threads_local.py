@@ -22,7 +22,7 @@ HELD = textwrap.dedent("""
     got = {}
     a = threading.Thread(name="A", target=lambda: got.setdefault(
         "a", pyar.allreduce(x, comm=one, algorithm="ring")))
-    progress.hook = hold
+    progress.listen(hold)
     a.start()
     assert inside.wait(30)
     for name, comm in (("same", one), ("other", other)):
@@ -33,7 +33,7 @@ HELD = textwrap.dedent("""
             print(name, "refused:", e)
     go_on.set()
     a.join(30)
-    progress.hook = None
+    progress.unlisten(hold)
     print("A got", got["a"].tolist(), "after:", pyar.allreduce(x, comm=one).tolist())
 """)
 

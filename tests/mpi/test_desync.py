@@ -15,8 +15,9 @@ from hypothesis import given, settings, strategies as st
 from mpi4py import MPI
 
 import pyar
-from pyar.runtime import notice, progress
+from pyar.runtime import notice, persistent, progress
 from pyar.runtime.plan import RESIDENT_BYTES
+from pyar.runtime.programs import Resident
 
 from checks import agree
 
@@ -85,6 +86,25 @@ def test_another_op_after_a_good_first_call_raises_everywhere(comm, count, nonbl
         run(nonblocking, x=x, op="max", comm=c)
     op = "sum" if comm.rank == comm.size - 1 else "max"
     expect_mismatch_everywhere(comm, c, lambda: run(nonblocking, x=x, op=op, comm=c),
+                               ["op=sum", "op=max"])
+
+
+def test_native_starts_of_two_ops_on_the_same_mailboxes_raise_everywhere(comm):
+    """Both ranks' blocking calls of sum and of max on the same arrays run natively (their
+    requests armed: the same plan, the same mailboxes); then the last rank calls sum where
+    the others call max: each native start finds the other call's stamp and every rank
+    raises MismatchError naming both ops."""
+    c = pyar.Comm(comm)
+    x, out = data(comm, SMALL), np.empty(SMALL, np.float32)
+    for op in ("sum", "max"):
+        for _ in range(3):
+            pyar.allreduce(x, out, op=op, comm=c)
+    armed = [r.at != 0 for r in persistent._cache.values() if r.c is c]
+    native = isinstance(next(r for r in persistent._cache.values() if r.c is c).engine.program,
+                        Resident)
+    agree(comm, armed == [native, native], f"armed: {armed}, native program: {native}")
+    op = "sum" if comm.rank == comm.size - 1 else "max"
+    expect_mismatch_everywhere(comm, c, lambda: pyar.allreduce(x, out, op=op, comm=c),
                                ["op=sum", "op=max"])
 
 

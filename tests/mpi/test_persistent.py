@@ -3,6 +3,7 @@ algorithm started many times, interleaved with blocking and nonblocking calls an
 own point-to-point traffic, each result bitwise the blocking call's; mismatches at init and
 at start, timeouts, the request's states, threads."""
 
+import sys
 import threading
 
 import numpy as np
@@ -12,6 +13,7 @@ import pyar
 from pyar.algorithms import algorithm
 from pyar.collectives import collective as record_of, records
 from pyar.core.ops import Op
+from pyar.runtime import recorder
 from pyar.verify import sample
 
 from checks import agree, call, inputs, same
@@ -173,6 +175,59 @@ def test_a_start_the_others_make_late_times_out_and_a_wait_may_time_out_alone(co
                 ok = "waited for rank 1" in str(e) or "gave up" in str(e)
     comm.Barrier()
     agree(comm, ok, "rank 0's lone start did not time out")
+
+
+def test_a_native_start_numbers_and_records_its_call_and_a_hook_takes_it_off(comm):
+    """A small request whose plan is one native program (ranks of one node, mailboxes) starts
+    natively: each start is one call number on the communicator, one row of the flight
+    recorder naming the request's signature and the line that made it, complete at once
+    and equal to the blocking call; with a listener on the progress hook the starts take
+    the Python path and give the same results. Where the plan is not one native program
+    (ranks on several nodes, no mailboxes), the request is not armed."""
+    from pyar.runtime import progress
+    from pyar.runtime.programs import Resident
+
+    c = pyar.Comm(comm)
+    x = np.arange(5, dtype=np.float32) + comm.rank
+    want = pyar.allreduce(x, comm=c)
+    request = pyar.allreduce_init(x, np.empty_like(x), comm=c)
+    line = sys._getframe().f_lineno - 1         # the line that made the request
+    native = isinstance(request.engine.program, Resident)
+    agree(comm, (request.at != 0) == native, f"armed {request.at != 0}, native {native}")
+    before = c.seq
+    results = []
+    for _ in range(5):
+        request.start()
+        results.append(same(request.wait(), want))
+    agree(comm, all(results) and c.seq == before + 5, f"{results}, {c.seq - before} numbered")
+    rows = c.recorder.ring[1:][c.recorder.ring[1:, 0] > before]
+    if native:          # (a start whose peer was late went on in Python: its own record)
+        agree(comm, sorted(rows[:, 0].tolist()) == list(range(before + 1, before + 6)),
+              f"native rows {rows.tolist()}")
+        records = {r[0]: r for r in c.recorder.calls if r[0] > before}
+        ended = {seq for seq, _, _, end in rows.tolist() if end}
+        agree(comm, sorted(records) == list(range(before + 1, before + 6)) and all(
+            r[1][0] == "allreduce" and r[5] is not None for r in records.values()) and all(
+            records[s][2].co_filename == __file__ and
+            recorder.line_of(records[s][2], records[s][3]) == line for s in ended),
+            f"records {records}, natively complete {ended}, line {line}")
+    else:
+        agree(comm, len(rows) == 0, f"rows {rows.tolist()} from a request not armed")
+
+    def listener(event, run, step):
+        seen.append(event)
+
+    seen: list = []
+    progress.listen(listener)
+    try:
+        for _ in range(3):
+            request.start()
+            results.append(same(request.wait(), want))
+    finally:
+        progress.unlisten(listener)
+    agree(comm, all(results) and "done" in seen and len(c.recorder.ring[1:][c.recorder.ring[1:, 0] > before])
+          == len(rows), f"hook events {seen[:4]}")
+    request.free()
 
 
 def test_a_request_s_states_are_checked(comm):

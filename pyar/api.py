@@ -290,11 +290,13 @@ def reproduces(asked, x, op, reduce_dtype=None) -> bool:
     (:mod:`pyar.core.exact`): ``asked`` (None: ``PYAR_REPRODUCIBLE``) and a float sum or
     avg; ValueError where it is asked for a float prod, or with ``reduce_dtype``."""
     if asked is None:
-        asked, explicit = bool(settings.current().reproducible), False
-    else:
-        asked, explicit = bool(asked), True
-    if not asked:
+        if not settings.current().reproducible:
+            return False
+        explicit = False
+    elif not asked:
         return False
+    else:
+        explicit = True
     a = as_array(x) if is_torch(x) else x
     if not hasattr(a, "dtype") or not ops.is_float(a.dtype):
         return False            # (integers add exactly already; a bad x: the call's error)

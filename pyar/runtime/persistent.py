@@ -583,8 +583,8 @@ def call(record, x, out, op, algorithm, comm, root, timeout, reduce_dtype=None):
     registrations)."""
     key = (record, x.dtype, x.size, id(op), algorithm, id(comm), root, reduce_dtype,
            tuner.overrides(), generation[0])
-    request = _cache.get(key)
-    if request is None or request.c.broken is not None:
+    request = _cache.get(key)       # (a broken communicator's requests are dropped: _forget)
+    if request is None:
         request = Persistent(record, x, out, op, algorithm, comm, root, timeout,
                              kind="staged", reduce_dtype=reduce_dtype)
         request.held = (op, comm)       # (their ids in the key are theirs while it is kept)

@@ -148,9 +148,10 @@ def _parameterized(base: Algorithm, name: str, text: str) -> Algorithm:
             raise wrong(f"{key} must be an int, got {value!r}")
         given[key] = value
     made = functools.partial(base.builder, **given)
-    table = getattr(base.builder, "table", None)     # (its all-ranks form, if it has one)
-    if table is not None:
-        made.table = functools.partial(table, **given)
+    for form in ("table", "waves"):                  # (its all-ranks forms, if it has them)
+        bulk = getattr(base.builder, form, None)
+        if bulk is not None:
+            setattr(made, form, functools.partial(bulk, **given))
     try:
         made(0, 1, 0)       # a pure builder checks its parameters before anything else
     except (ValueError, TypeError) as e:

@@ -74,4 +74,12 @@ def _table(size, count, topology=None):
     return None
 
 
+def _waves(size, count, topology=None):
+    """Ring's messages a step at a time where all ranks share one node in rank order, else None."""
+    if topology is None or topology.nodes == (tuple(range(size)),):
+        return ring.waves_of(size, count, ((1, True), (0, False)))
+    return None
+
+
 hierarchical.table = _table
+hierarchical.waves = _waves

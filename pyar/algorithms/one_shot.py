@@ -46,9 +46,11 @@ of scratch: for small messages on a few ranks (a node).
     rank r > 0: data ──► slot r-1 (itself)  data = data op slot 2   (x3)
 """
 
+import itertools
+
 import numpy as np
 
-from ..core.schedule import Chunk, Recv, Send, Table, compact
+from ..core.schedule import Chunk, Messages, Recv, Send, Table, Waves, compact
 from . import _terms, register_algorithm
 
 
@@ -101,4 +103,26 @@ def _table(size, count, topology=None):
     return Table.compact(size, rank, *columns)
 
 
+def _waves(size, count, topology=None):
+    """The same messages a step at a time (a :class:`Waves`; None for one rank or no
+    elements): chunk 0 is data, chunk j slot j-1. The exchange in parts: every rank r > 0's
+    copy of x_r into its slot, then for each k ranks r > 0 to ``r+k``, then x0 to every other
+    rank (last: it lands on the data the other parts read); the fold a part per slot.
+    Cost: O(size) a part, ``2N`` parts."""
+    if size == 1 or count == 0:
+        return None
+    j = np.arange(size)
+    r, data = j[1:], np.zeros(size - 1, np.int64)
+
+    def steps():
+        yield itertools.chain([Messages(r, r, data, r, False)],
+                              (Messages(r, (r + k) % size, data, r, False) for k in range(1, size)),
+                              [Messages(data, r, data, data, False)])
+        yield (Messages(j, j, np.full(size, slot), np.zeros(size, np.int64), True)
+               for slot in range(1, size))
+    lo = np.maximum(j - 1, 0) * count
+    return Waves(j > 0, lo, lo + count, 2, steps)
+
+
 one_shot.table = _table
+one_shot.waves = _waves

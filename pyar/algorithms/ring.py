@@ -25,7 +25,8 @@ import functools
 
 import numpy as np
 
-from ..core.schedule import Recv, Send, Table, bounds, compact, pieces, segments, split
+from ..core.schedule import (Messages, Recv, Send, Table, Waves, bounds, compact, pieces,
+                             segments, split)
 from . import _terms, register_algorithm
 
 
@@ -66,18 +67,24 @@ def allreduce(i, group, lo, hi, segment=None):
     yield from allgather(i, group, lo, hi, segment)
 
 
+def _segments(size, count, segment):
+    """Block b's segment g as ``(lo[b, g], hi[b, g])``, as :func:`_blocks` cuts them."""
+    edges = np.asarray(bounds(count, size), np.int64)
+    parts = 1 if segment is None else pieces(-(-count // size), segment)
+    length = np.diff(edges)
+    q, r = (length // parts)[:, None], (length % parts)[:, None]
+    g = np.arange(parts)[None, :]
+    seg_lo = edges[:-1, None] + g * q + np.minimum(g, r)
+    return seg_lo, seg_lo + q + (g < r)
+
+
 def table_of(size, count, phases, segment=None):
     """The steps of every rank at once (what :func:`allreduce` and its halves yield, compacted):
     ``phases`` of ``(shift, fold)``, in step s of which rank i sends block ``i-s-shift``, each
     block as its segments (of at most ``segment`` elements) one per step, as
     :func:`reduce_scatter` cuts them."""
-    edges = np.asarray(bounds(count, size), np.int64)
-    parts = 1 if segment is None else pieces(-(-count // size), segment)
-    length = np.diff(edges)                     # block b's segment g, as split() cuts it
-    q, r = (length // parts)[:, None], (length % parts)[:, None]
-    g = np.arange(parts)[None, :]
-    seg_lo = edges[:-1, None] + g * q + np.minimum(g, r)
-    seg_hi = seg_lo + q + (g < r)
+    seg_lo, seg_hi = _segments(size, count, segment)
+    parts = seg_lo.shape[1]
     i = np.arange(size)[:, None]
     s = np.arange(size - 1)[None, :]
     out = np.concatenate([(i - s - shift) % size for shift, _ in phases], axis=1)
@@ -97,8 +104,34 @@ def table_of(size, count, phases, segment=None):
     return Table.compact(size, *(c.reshape(-1) for c in columns))
 
 
+def waves_of(size, count, phases, segment=None):
+    """The messages of :func:`table_of`, a step at a time (a :class:`Waves`; None for one rank
+    or no elements): chunk ``b * G + g`` is segment g of block b (G segments a block), and in
+    each step every rank i sends a chunk to ``i+1``, which lands it on the same chunk.
+    Cost: O(size) a step, ``len(phases) * (size-1) * G`` steps."""
+    if size == 1 or count == 0:
+        return None
+    seg_lo, seg_hi = _segments(size, count, segment)
+    parts = seg_lo.shape[1]
+    i = np.arange(size)
+    right = (i + 1) % size
+
+    def steps():
+        for shift, fold in phases:
+            for s in range(size - 1):
+                block = (i - s - shift) % size * parts
+                for g in range(parts):
+                    yield [Messages(i, right, block + g, block + g, fold)]
+    return Waves(np.zeros(seg_lo.size, bool), seg_lo.reshape(-1), seg_hi.reshape(-1),
+                 len(phases) * (size - 1) * parts, steps)
+
+
 def _table(size, count, topology=None, *, phases):
     return table_of(size, count, phases)
+
+
+def _waves(size, count, topology=None, *, phases):
+    return waves_of(size, count, phases)
 
 
 @register_algorithm("ring", auto=True,
@@ -110,6 +143,7 @@ def ring(rank, size, count, topology=None):
 
 
 ring.table = functools.partial(_table, phases=((1, True), (0, False)))
+ring.waves = functools.partial(_waves, phases=((1, True), (0, False)))
 
 
 @register_algorithm("ring", collective="reduce_scatter", auto=True,
@@ -123,6 +157,7 @@ def ring_reduce_scatter(rank, size, count, topology=None):
 
 
 ring_reduce_scatter.table = functools.partial(_table, phases=((1, True),))
+ring_reduce_scatter.waves = functools.partial(_waves, phases=((1, True),))
 
 
 @register_algorithm("ring", collective="allgather", auto=True,
@@ -136,3 +171,4 @@ def ring_allgather(rank, size, count, topology=None):
 
 
 ring_allgather.table = functools.partial(_table, phases=((0, False),))
+ring_allgather.waves = functools.partial(_waves, phases=((0, False),))

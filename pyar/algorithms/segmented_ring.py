@@ -37,4 +37,11 @@ def _table(size, count, topology=None, *, segment=SEGMENT):
     return ring.table_of(size, count, ((1, True), (0, False)), segment)
 
 
+def _waves(size, count, topology=None, *, segment=SEGMENT):
+    """The same messages a step at a time (:func:`pyar.algorithms.ring.waves_of`)."""
+    pieces(1, segment)
+    return ring.waves_of(size, count, ((1, True), (0, False)), segment)
+
+
 segmented_ring.table = _table
+segmented_ring.waves = _waves

@@ -40,7 +40,7 @@ every other rank's whole buffer and folds all N itself, in rank order):
 
 import numpy as np
 
-from ..core.schedule import Chunk, Recv, Send, Table, bounds, compact, split
+from ..core.schedule import Chunk, Messages, Recv, Send, Table, Waves, bounds, compact, split
 from . import _terms, register_algorithm
 
 
@@ -81,4 +81,21 @@ def _table(size, count, topology=None):
     return Table.compact(size, *(np.broadcast_to(c, shape).reshape(-1) for c in columns))
 
 
+def _waves(size, count, topology=None):
+    """The same messages a step at a time (a :class:`Waves`; None for one rank or no
+    elements): chunk b is block b; a part per k, in which every rank r sends to ``r+k``.
+    Cost: O(size) a part, ``2(N-1)`` parts."""
+    if size == 1 or count == 0:
+        return None
+    edges = np.asarray(bounds(count, size), np.int64)
+    r = np.arange(size)
+
+    def steps():
+        yield (Messages(r, (r + k) % size, (r + k) % size, (r + k) % size, True)
+               for k in range(1, size))
+        yield (Messages(r, (r + k) % size, r, r, False) for k in range(1, size))
+    return Waves(np.zeros(size, bool), edges[:-1], edges[1:], 2, steps)
+
+
 two_shot.table = _table
+two_shot.waves = _waves

@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data: every element moved and checked; contributions: which ranks' "
                         "contributions each chunk holds, checked (scales to 16K ranks); "
                         "traffic: messages matched and counted, and the model's time; auto "
-                        "(default): data where it fits in memory, else contributions")
+                        "(default): data where it fits in memory and is quick, else "
+                        "contributions")
     p.add_argument("--no-data", action="store_true", help="the same as --mode traffic")
     p.add_argument("--machine", metavar="FILE.json",
                    help="a machine description or tuning file for the model's time; with a "

@@ -7,8 +7,13 @@ collective's postcondition; ``contributions`` (:func:`pyar.simulate_contribution
 moves no element and checks which ranks' contributions each chunk holds, for rank
 counts data does not fit; ``traffic`` (``--no-data``) counts, matches and checks the
 messages only (bytes, steps, size and deadlock checks) and prints the cost model's
-time. ``--mode auto`` (the default) runs data where its buffers fit in the memory free,
-else contributions; ``--mode data`` where they do not is a row saying how much it needs.
+time. ``--mode auto`` (the default) runs data where its buffers fit in the memory free and
+it is quick (:data:`DATA_ELEMENTS`), else contributions; ``--mode data`` where they do not
+fit is a row saying how much it needs and the mode to use. The contribution mode streams
+the algorithms that give their messages a step at a time (ring, segmented ring,
+one-shot, two-shot: :class:`pyar.core.schedule.Waves`) without their table of every
+transfer; every other mode, and the contribution mode of the others, reads the table, and
+where it does not fit the row says so.
 ``--machine FILE.json`` costs them on that machine; if it
 describes a network (:mod:`pyar.model.network`), every message is routed and
 each algorithm's row gains the link columns: the bytes of the most loaded
@@ -138,7 +143,7 @@ def _progress(name):
     start = time.perf_counter()
 
     def show(done, total):
-        print(f"#   {name}: {done / total:.0%} of {total} rank-steps, "
+        print(f"#   {name}: {done / total:.0%} of {total} steps, "
               f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return show
 
@@ -146,21 +151,28 @@ def _progress(name):
 MODES = {"data": "data checked element by element",
          "contributions": "contributions checked chunk by chunk (no data)",
          "traffic": "traffic only (no data)",
-         "auto": "data where it fits in memory, else contributions"}
+         "auto": "data where it fits in memory and is quick, else contributions"}
+
+DATA_ELEMENTS = 1 << 27     # auto's most elements received in data mode: 0.5 - 2 s here
 
 
-def choose(mode: str, record, schedule, dtype, op, inputs_bytes: int) -> str:
-    """The mode an algorithm runs in: ``mode``, or for ``auto`` data where its buffers, a
-    copy of the inputs and as much again for one wave's messages fit in the memory free
-    (:func:`pyar.model.sim.available_memory`), else contributions (traffic for a collective
-    the contribution mode does not check)."""
+def choose(mode: str, record, schedule, dtype, op, inputs_bytes: int, fits: bool) -> str:
+    """The mode an algorithm runs in: ``mode``, or for ``auto`` data where its table of every
+    transfer ``fits`` in the memory free, its buffers, a copy of the inputs and as much again
+    for one wave's messages do too (:func:`pyar.model.sim.available_memory`), and its
+    messages land at most :data:`DATA_ELEMENTS` elements; else contributions (traffic for a
+    collective the contribution mode does not check)."""
     if mode != "auto":
         return mode
-    wire = accumulator(dtype, resolve(op) if record.reduces else None, None)
-    need = 2 * (sim.data_bytes(schedule, wire.itemsize) + inputs_bytes)
-    if need <= sim.available_memory():
-        return "data"
-    return "contributions" if record.name in contributions.CHECKED else "traffic"
+    checked = record.name in contributions.CHECKED
+    if fits:
+        table = schedule.table()
+        wire = accumulator(dtype, resolve(op) if record.reduces else None, None)
+        need = 2 * (sim.data_bytes(schedule, wire.itemsize) + inputs_bytes)
+        received = int((table.hi - table.lo)[~table.send].sum())
+        if need <= sim.available_memory() and (received <= DATA_ELEMENTS or not checked):
+            return "data"
+    return "contributions" if checked else "traffic"
 
 
 def _inputs(record, size, shape, dtype, op):
@@ -241,20 +253,23 @@ def main(args) -> int:
         start = time.process_time()
         schedule = pyar.schedule(name, size, record.count(int(np.prod(shape)), size),
                                  collective=record.name, topology=topology)
+        streams = record.name in contributions.CHECKED and schedule.waves() is not None
         rows, free = sim.table_rows(schedule), sim.available_memory()
         try:
-            if rows * sim.ROW_BYTES > free:
-                raise MemoryError(f"about {rows:.3g} transfers, {sim.ROW_BYTES} bytes each, "
-                                  f"and {free >> 20} MiB free")
-            schedule.table()
-        except MemoryError as e:        # every mode reads the table of every transfer
+            ran = choose(mode, record, schedule, dtype, args.op,
+                         0 if inputs is not None else inputs_bytes, rows * sim.ROW_BYTES <= free)
+            if ran != "contributions" or not streams:  # the other modes read the table
+                if rows * sim.ROW_BYTES > free:
+                    raise MemoryError(f"about {rows:.3g} transfers, {sim.ROW_BYTES} bytes "
+                                      f"each, and {free >> 20} MiB free")
+                schedule.table()
+        except MemoryError as e:
+            hint = "; --mode contributions streams it a step at a time" if streams else ""
             print(f"  {name:<20}not run: its table of every transfer does not fit in memory "
-                  f"({e})", flush=True)
+                  f"({e}){hint}", flush=True)
             failed += 1
             continue
         built = time.process_time() - start
-        ran = choose(mode, record, schedule, dtype, args.op,
-                     0 if inputs is not None else inputs_bytes)
         start, wall = time.process_time(), time.perf_counter()
         predicted = ""
         try:

@@ -208,6 +208,38 @@ class Table(NamedTuple):
         return [Step(ops) for ops in steps]
 
 
+class Messages(NamedTuple):
+    """Messages of every rank at once, as numpy columns: message k goes from rank ``src[k]``'s
+    chunk ``out[k]`` to rank ``dst[k]``'s chunk ``into[k]`` (ids of :class:`Waves` chunks),
+    folded in where ``fold``, else copied (one value for all of them)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    out: np.ndarray
+    into: np.ndarray
+    fold: bool
+
+
+class Waves(NamedTuple):
+    """A schedule in lockstep, as its messages: what the contribution mode streams
+    (:mod:`pyar.model.contributions`) where the table of every transfer is too large.
+
+    ``scratch``, ``lo``, ``hi`` are the columns of the chunks the messages name (chunk c is
+    ``[lo[c], hi[c])`` of ``scratch`` if ``scratch[c]``, else of ``data``). ``steps()``
+    yields the schedule's ``length`` steps, each an iterable of parts (:class:`Messages`):
+    a step is a step of every rank with a message in it (both ends of every message are in
+    the same step), sends reading the buffers as the step began; a part may not read what
+    an earlier part of its step lands on. Messages of chunks of zero elements are left out,
+    as :func:`compact` leaves them out.
+    """
+
+    scratch: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    length: int
+    steps: Callable
+
+
 @contextlib.contextmanager
 def collector_paused():
     """Pause Python's cyclic GC while it lasts: its full passes over millions of fresh step
@@ -229,7 +261,8 @@ class Schedule:
     one rank only, the simulator for all of them (as a :class:`Table`, which a
     builder with a ``table(size, count, topology) -> Table`` attribute makes for
     all ranks at once, vectorized; it must equal the per-rank lists, or be None where
-    it has no such form for those arguments). Builders of rooted
+    it has no such form for those arguments; a ``waves(size, count, topology) -> Waves``
+    attribute gives the same messages step by step, or None). Builders of rooted
     collectives (reduce, bcast) write the schedule for root 0; for another
     root every rank is renumbered relative to it (``(rank - root) % size``),
     as MPI libraries do.
@@ -281,6 +314,13 @@ class Schedule:
                 table = table.renumbered(self.root)
             self._table = table
         return self._table
+
+    def waves(self) -> Waves | None:
+        """The schedule as :class:`Waves`, where its builder streams them (root 0), else None."""
+        bulk = getattr(self._builder, "waves", None)
+        if bulk is None or self.root:
+            return None
+        return bulk(self.size, self.count, self.topology)
 
     def scratch_count(self, rank: int) -> int:
         """Elements of scratch the rank's steps use."""

@@ -1,5 +1,7 @@
 """The simulator's contribution mode: it agrees with data mode, and it catches broken schedules."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -9,7 +11,7 @@ from pyar import cli, collectives
 from pyar.algorithms import algorithms, builder as algorithms_builder
 from pyar.cli import sim as workbench
 from pyar.core.schedule import Chunk, Recv, Send, Step
-from pyar.model import contributions, sim
+from pyar.model import contributions, network, sim
 
 from sim_cases import case
 
@@ -159,3 +161,158 @@ def test_the_table_estimate_is_the_table_where_ranks_are_alike(name, n):
     rows = schedule.table().rank.size
     estimate = sim.table_rows(pyar.schedule(name, n, 1001))
     assert estimate == (2 * n if name == "naive" else rows), (estimate, rows)
+
+
+STREAMED = [("allreduce", a) for a in ("ring", "one_shot", "two_shot", "segmented_ring:segment=3",
+                                       "hierarchical")] + \
+    [(c, "ring") for c in ("reduce_scatter", "allgather")]
+
+
+def _plain(collective, name):
+    """``name``'s builder registered again without its vectorized forms: the table path."""
+    made = algorithms_builder(name, collective)
+    plain = f"t_plain_{name.partition(':')[0]}"
+    pyar.register_algorithm(plain, collective)(lambda r, n, c, t=None: made(r, n, c, t))
+    return plain
+
+
+def _messages_of_table(schedule):
+    """Every message of the schedule's table: (sender, its step, receiver, its step, the two
+    chunks as (scratch, lo, hi), folds)."""
+    t = schedule.table()
+    sends = np.flatnonzero(t.send)
+    p = sim.partners(t)[sends]
+    return sorted(zip(*(c.tolist() for c in (
+        t.rank[sends], t.step[sends], t.peer[sends], t.step[p], t.scratch[sends], t.lo[sends],
+        t.hi[sends], t.scratch[p], t.lo[p], t.hi[p], t.reduce[p]))))
+
+
+def _messages_of_waves(waves, size):
+    """The same of a Waves, each rank's steps those of the waves it has a message in."""
+    steps, found = np.zeros(size, np.int64), []
+    for step in waves.steps():
+        active = np.zeros(size, bool)
+        for m in step:
+            keep = waves.hi[m.out] > waves.lo[m.out]
+            src, dst, out, into = m.src[keep], m.dst[keep], m.out[keep], m.into[keep]
+            found += zip(*(c.tolist() for c in (
+                src, steps[src], dst, steps[dst], waves.scratch[out], waves.lo[out],
+                waves.hi[out], waves.scratch[into], waves.lo[into], waves.hi[into],
+                np.full(src.size, m.fold))))
+            active[src] = active[dst] = True
+        steps += active
+    return sorted(found)
+
+
+@pytest.mark.parametrize("collective,name", STREAMED)
+@pytest.mark.parametrize("n,c", [(2, 7), (3, 1), (5, 3), (7, 40), (16, 100), (33, 64)])
+def test_streamed_equals_table(scratch_registry, collective, name, n, c):
+    """The waves are the builder's messages, step for step; streamed, the contribution mode
+    gives the table path's bytes, steps, link loads and verdict."""
+    schedule = pyar.schedule(name, n, c, collective=collective)
+    waves = schedule.waves()
+    assert waves is not None
+    assert _messages_of_waves(waves, n) == _messages_of_table(schedule)
+    net = network.torus([8, 8], 1)
+    streamed = pyar.simulate_contributions(schedule, "int64", network=net)
+    table = pyar.simulate_contributions(
+        pyar.schedule(_plain(collective, name), n, c, collective=collective), "int64",
+        network=net)
+    assert streamed.verdict.ok and table.verdict.ok
+    assert streamed.stats == table.stats
+    a, b = streamed.traffic, table.traffic
+    assert a.link_bytes.tolist() == b.link_bytes.tolist() and a.max_link == b.max_link
+    for column in ("steps", "step_links", "step_bytes"):
+        assert getattr(a, column).tolist() == getattr(b, column).tolist(), column
+    assert sorted(a.hops.tolist()) == sorted(b.hops.tolist())
+
+
+def _rewaved(base, change):
+    """``base``'s builder registered with its waves' steps passed through ``change``."""
+    build = algorithms_builder(base)
+
+    def broken(rank, size, count, topology=None):
+        return build(rank, size, count, topology)
+
+    def waves(size, count, topology=None):
+        w = build.waves(size, count, topology)
+        return w._replace(steps=lambda: change(w.steps()))
+    broken.waves = waves
+    name = f"t_waves_{change.__name__}_{base}"
+    pyar.register_algorithm(name)(broken)
+    return name
+
+
+def _copy_first_fold(steps):        # the first step's folds copy: contributions lost
+    for k, step in enumerate(steps):
+        yield [m._replace(fold=False) for m in step] if k == 0 else step
+
+
+def _fold_twice(steps):             # the second step's parts land twice
+    for k, step in enumerate(steps):
+        yield [m for m in step for _ in range(1 + (k == 1))]
+
+
+def _shift_a_chunk(steps):          # rank 0 sends the next chunk: a size mismatch or wrong data
+    for k, step in enumerate(steps):
+        step = list(step)
+        m = step[0]
+        out = m.out.copy()
+        out[0] = (out[0] + 1) % len(m.out)
+        yield [m._replace(out=out)] + step[1:] if k == 0 else step
+
+
+def _read_what_landed(steps):       # a step's parts in the wrong order
+    for k, step in enumerate(steps):
+        yield list(step)[::-1] if k == 0 else step
+
+
+@pytest.mark.parametrize("base,change,caught", [
+    ("ring", _copy_first_fold, "contributions where"),
+    ("two_shot", _copy_first_fold, "contributions where"),
+    ("one_shot", _fold_twice, "contributions where"),
+    ("ring", _shift_a_chunk, "size mismatch: rank 1 step 0 receives data [6, 7) from peer 0, "
+                             "which sends data [0, 2) at its step 0"),
+    ("one_shot", _read_what_landed, "rank 1 step 0 sends data [0, 8) to peer 0 after an earlier "
+                                    "part of its step landed on it"),
+])
+def test_a_broken_stream_is_caught(scratch_registry, base, change, caught):
+    """A stream that loses or doubles contributions fails its verdict; one that breaks the
+    rules of Waves is a ScheduleError naming rank, step and chunk."""
+    schedule = pyar.schedule(_rewaved(base, change), 4, 8 if base != "ring" else 7)
+    if "contributions" in caught:
+        verdict = pyar.simulate_contributions(schedule).verdict
+        assert not verdict.ok and caught in verdict.first, verdict
+    else:
+        with pytest.raises(pyar.ScheduleError, match=re.escape(caught)):
+            pyar.simulate_contributions(schedule)
+
+
+def test_auto_chooses_contributions_where_data_is_slow_or_does_not_fit(monkeypatch, capsys):
+    """auto runs data where it fits and is quick, else contributions; where the table does
+    not fit, ring streams and an algorithm without waves is a row saying so; a mode asked
+    for that needs the table is a row naming the mode that streams."""
+    argv = ["sim", "-N", "8", "--count", "4096", "-a", "ring,rabenseifner"]
+    monkeypatch.setattr(workbench, "DATA_ELEMENTS", 8 * 4096)
+    assert cli.main(argv) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert all(r.split()[-2:] == ["contributions", "yes"] for r in rows.values()), rows
+    monkeypatch.setattr(workbench, "DATA_ELEMENTS", 1 << 27)
+    monkeypatch.setattr(sim, "ROW_BYTES", 10 ** 12)      # no table fits
+    assert cli.main(argv) == 1
+    rows = _rows(capsys.readouterr().out)
+    assert rows["ring"].split()[-2:] == ["contributions", "yes"], rows
+    assert "not run: its table of every transfer does not fit" in rows["rabenseifner"]
+    assert cli.main(argv + ["--mode", "data"]) == 1
+    rows = _rows(capsys.readouterr().out)
+    assert "--mode contributions streams it" in rows["ring"], rows
+    assert "Traceback" not in rows["ring"]
+
+
+def test_words_that_do_not_fit_are_a_row_naming_the_bytes(monkeypatch, capsys):
+    monkeypatch.setattr(contributions, "available_memory", lambda: 100)
+    assert cli.main(["sim", "-N", "8", "--count", "64", "-a", "ring,rabenseifner",
+                     "--mode", "contributions"]) == 1
+    rows = _rows(capsys.readouterr().out)
+    for row in rows.values():
+        assert "NO: the contribution mode needs 512 B for its words" in row, rows

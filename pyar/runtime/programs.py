@@ -31,13 +31,12 @@ the sender it makes three passes of s/2 instead of four, and a sender's
 core is free while its message is read. But the kernel pins the sender's
 pages for each read, which costs about what the second copy does while the
 buffers stay in cache. Measured side by side on 2 ranks of the development
-machine (rabenseifner, calls alternating in one process, five runs), reading
-from the sender takes 0.5 - 0.65x the mailboxes' time at every size from
-1 MiB in the runs where a cache line written by one core reaches the other
-slowly (8-byte calls take 6 us instead of 5: the virtual machine's two cores
-then likely share no cache), and in the others 1.0 - 1.3x at 1 - 2 MiB,
-1.0 - 1.1x at 4 - 8 MiB and 0.95x at 32 MiB; hence :data:`ATTACH_BYTES`
-(``PYAR_CMA=1``: from any size).
+machine (rabenseifner's persistent requests, best of 15 rounds), reading from
+the sender takes 0.6 - 0.7x the mailboxes' time at 1 - 2 MiB out of place and
+0.55 - 0.7x in place (in place through mailboxes is then 1.15 - 1.2x MPI's own
+in place; read from the sender, 0.85 - 1.0x), and about the same at 640 - 768
+KiB, where it is slower in the runs where the virtual machine's memory is
+slow; hence :data:`ATTACH_BYTES` (``PYAR_CMA=1``: from any size).
 
 Both give :class:`~.progress.Step` s for a call in flight (:class:`ResidentStep`,
 :class:`ProgramStep`); their blocking calls run the native program, or the
@@ -62,7 +61,7 @@ from .p2p import (DATA, SCRATCH, SOURCE, CopyStep, Span, check_size, mark, misma
 from .progress import Step
 
 PIECE = 1 << 16             # bytes: a Stream's messages go through mailboxes in pieces of this
-ATTACH_BYTES = 4 << 20      # bytes: a Stream of a buffer this large reads from its senders
+ATTACH_BYTES = 1 << 20      # bytes: a Stream of a buffer this large reads from its senders
 _BYTE = MPI.BYTE
 
 

@@ -150,6 +150,7 @@ def _comm(ranks: dict[int, dict], missing: list[int]) -> list[tuple[int, str]]:
                 out.append((2, f"rank {rank} never entered {_name(call)} (the others entered it"
                                f"{_where(call)}){was}: control flow diverged"))
     # late arrivals: entered a call after the others had given up on it
+    late_ones = set()       # (seq, rank): their waits are a consequence, not a cause
     for seq, calls in sorted(by_seq.items()):
         gave_up = [c["began"] + c["seconds"] for c in calls.values() if c["state"] == "failed"
                    and c.get("error") == "TimeoutError"]
@@ -158,11 +159,13 @@ def _comm(ranks: dict[int, dict], missing: list[int]) -> list[tuple[int, str]]:
         for rank, call in sorted(calls.items()):
             late = call["began"] - min(gave_up)
             if late > LATE:
+                late_ones.add((seq, rank))
                 out.append((2, f"rank {rank} entered {_name(call)}{_where(call)} {late:.1f} s "
                                f"after the others had given up on it: a slow rank"))
-    # the waits that gave up, and where their chain ends (a rank that waits for no one)
-    waits = {rank: call["peers"] for calls in by_seq.values() for rank, call in calls.items()
-             if call["state"] == "failed" and call.get("peers")}
+    # the waits that gave up, and where their chain ends (a rank that waits for no one, or
+    # only since it came late)
+    waits = {rank: call["peers"] for seq, calls in by_seq.items() for rank, call in calls.items()
+             if call["state"] == "failed" and call.get("peers") and (seq, rank) not in late_ones}
     ends = set()
     for start in waits:
         rank, seen = start, set()

@@ -19,7 +19,8 @@ python: MPICH's ``.venv``, Open MPI's ``.venv-openmpi``):
 - ``reproducible=True`` against the default (under the first library):
   benchmarks/reproducible_cost.py at 8 B, 1 MiB and 64 MiB;
 - the simulator at scale: ``pyar sim`` at 1,024 ranks with data (the classics, and the
-  algorithms of the last few years: :data:`RECENT`), 16,384 without.
+  algorithms of the last few years: :data:`RECENT`), 16,384 without (traffic, and the
+  contribution mode of ring, one-shot, rabenseifner and swing).
 
 and writes ``run.json`` (with the machine, the libraries and their versions, the commit
 and the date), the bench JSON and plots, into ``--out``. ``write`` turns that directory
@@ -156,7 +157,9 @@ def run(args) -> None:
          *(["--collective", c, "-a", names, "-N", "1024", "--count", str(count)]
            for c, names, count in RECENT),
          ["-a", "rabenseifner,double_binary_tree", "-N", "16384", "--count", "1024",
-          "--no-data"]]
+          "--no-data"],
+         ["-a", "ring,one_shot,rabenseifner,swing_bandwidth", "-N", "16384", "--count",
+          "16384", "--mode", "contributions"]]
     report["sim"] = [{"command": "pyar sim " + " ".join(s),
                       "output": sh([pythons[0], "-m", "pyar", "sim", *s], 1800)} for s in sims]
     report["seconds"] = round(time.monotonic() - start)

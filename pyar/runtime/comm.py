@@ -132,6 +132,7 @@ class Comm:
         # its call token, 1 while no call is in progress on it (see enter)
         self.token = np.ones(1, np.int64) if MPI.Query_thread() >= MPI.THREAD_MULTIPLE \
             else _ANY_CALL
+        self._token = self.token.ctypes.data
         if _take[0] is None:
             _take[0] = mailbox.starter()[1]
         self.recorder = recorder.attach(self, recorder.DEFAULT_CALLS if self.settings.
@@ -204,7 +205,7 @@ class Comm:
         atomically between threads, as a native start tests it), or raise PyarError saying
         why another thread's call in progress on it forbids this one; :meth:`leave` gives
         it back."""
-        if not _take[0](self.token.ctypes.data):
+        if not _take[0](self._token):
             raise _overlap_error(what)
 
     def leave(self) -> None:

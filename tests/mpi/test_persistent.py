@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import pyar
 from pyar.algorithms import algorithm
@@ -179,7 +180,7 @@ def test_a_start_the_others_make_late_times_out_and_a_wait_may_time_out_alone(co
 
 def test_a_native_start_numbers_and_records_its_call_and_a_hook_takes_it_off(comm):
     """A small request whose plan is one native program (ranks of one node, mailboxes) starts
-    natively: each start is one call number on the communicator, one row of the flight
+    natively where nothing is in flight: each start is one call number on the communicator, one row of the flight
     recorder naming the request's signature and the line that made it, complete at once
     and equal to the blocking call; with a listener on the progress hook the starts take
     the Python path and give the same results. Where the plan is not one native program
@@ -195,24 +196,28 @@ def test_a_native_start_numbers_and_records_its_call_and_a_hook_takes_it_off(com
     native = isinstance(request.engine.program, Resident)
     agree(comm, (request.at != 0) == native, f"armed {request.at != 0}, native {native}")
     before = c.seq
+    # (a run an earlier test left in flight on its broken communicator, as a mismatch of
+    # requests started in another order does, keeps this rank's starts on the Python path)
+    quiet = progress.FLIGHT[0] == 0
     results = []
     for _ in range(5):
         request.start()
         results.append(same(request.wait(), want))
     agree(comm, all(results) and c.seq == before + 5, f"{results}, {c.seq - before} numbered")
     rows = c.recorder.ring[1:][c.recorder.ring[1:, 0] > before]
-    if native:          # (a start whose peer was late went on in Python: its own record)
-        agree(comm, sorted(rows[:, 0].tolist()) == list(range(before + 1, before + 6)),
-              f"native rows {rows.tolist()}")
-        records = {r[0]: r for r in c.recorder.calls if r[0] > before}
-        ended = {seq for seq, _, _, end in rows.tolist() if end}
-        agree(comm, sorted(records) == list(range(before + 1, before + 6)) and all(
-            r[1][0] == "allreduce" and r[5] is not None for r in records.values()) and all(
-            records[s][2].co_filename == __file__ and
-            recorder.line_of(records[s][2], records[s][3]) == line for s in ended),
-            f"records {records}, natively complete {ended}, line {line}")
-    else:
-        agree(comm, len(rows) == 0, f"rows {rows.tolist()} from a request not armed")
+    numbers = list(range(before + 1, before + 6))
+    agree(comm, sorted(rows[:, 0].tolist()) == numbers if native and quiet else
+          set(rows[:, 0].tolist()) <= set(numbers) if native else len(rows) == 0,
+          f"native rows {rows.tolist()} (armed {native}, nothing in flight {quiet})")
+    # every call has its record, complete: a native one names the line that made the request
+    # (a start whose peer was late went on in Python: its own record)
+    records = {r[0]: r for r in c.recorder.calls if r[0] > before}
+    ended = {seq for seq, _, _, end in rows.tolist() if end}
+    agree(comm, sorted(records) == numbers and all(
+        r[1][0] == "allreduce" and r[5] is not None for r in records.values()) and all(
+        records[s][2].co_filename == __file__ and
+        recorder.line_of(records[s][2], records[s][3]) == line for s in ended),
+        f"records {records}, natively complete {ended}, line {line}")
 
     def listener(event, run, step):
         seen.append(event)
@@ -225,8 +230,8 @@ def test_a_native_start_numbers_and_records_its_call_and_a_hook_takes_it_off(com
             results.append(same(request.wait(), want))
     finally:
         progress.unlisten(listener)
-    agree(comm, all(results) and "done" in seen and len(c.recorder.ring[1:][c.recorder.ring[1:, 0] > before])
-          == len(rows), f"hook events {seen[:4]}")
+    agree(comm, all(results) and "done" in seen and len(c.recorder.ring[1:][
+        c.recorder.ring[1:, 0] > before]) == len(rows), f"hook events {seen[:4]}")
     request.free()
 
 

@@ -281,18 +281,16 @@ serialise(run)
 #     its program's call counter is (CALLS: -1 once unusable), its communicator's words
 #     (COMM), the call token (TOKEN: 1 while no call is in progress) and the count of runs
 #     in flight (FLIGHT: the start runs only at 0), its recorder ring (RING, 0 if none) and
-#     its own number there (WHO), a copy of x into data to make first (LOAD_SRC, LOAD_DST,
-#     LOAD_BYTES), and what the start leaves for Python (SEQ, CALL: the call's number and
-#     its program's call number);
+#     its own number there (WHO), and what the start leaves for Python (SEQ, CALL: the
+#     call's number and its program's call number);
 #   the communicator's COMM_WORDS: its calls so far (COMM_SEQ), whether a call failed
 #     mid-way (COMM_BROKEN), and the fingerprints of its last RECENT calls (COMM_RECENT
 #     + seq % RECENT);
 #   a recorder ring: a header row (the next row to write, the rows) and a row per call
 #     (RING_SEQ, RING_WHO, RING_BEGAN, RING_ENDED: CLOCK_MONOTONIC nanoseconds, 0 while
 #     not ended).
-(PROGRAM, ROWS, FINGERPRINT, SPINS, CALLS, COMM, TOKEN, FLIGHT, RING, WHO, LOAD_SRC, LOAD_DST,
- LOAD_BYTES, SEQ, CALL) = range(15)
-START_WORDS = 15
+PROGRAM, ROWS, FINGERPRINT, SPINS, CALLS, COMM, TOKEN, FLIGHT, RING, WHO, SEQ, CALL = range(12)
+START_WORDS = 12
 RECENT = 16
 COMM_SEQ, COMM_BROKEN, COMM_RECENT = 0, 1, 2
 COMM_WORDS = COMM_RECENT + RECENT
@@ -320,7 +318,7 @@ def _clock(typingctx):
 def start(words):
     """Start the request whose words are at address ``words`` (see above): where no call is
     in progress on its communicator, none in flight, the communicator usable and the
-    program not, number the call, record it, copy x in, run the program; 0 when the call
+    program not, number the call, record it, run the program; 0 when the call
     is complete, ``1 + row`` where it stopped waiting at ``row`` (Python goes on from
     there), :func:`run`'s negative answer where a row went wrong, :data:`NOT_STARTED`
     where nothing was done. A call it numbered and did not complete holds the call token
@@ -336,14 +334,12 @@ def start(words):
     comm[COMM_RECENT + seq % RECENT] = w[FINGERPRINT]
     ring, row = w[RING], 0
     if ring != 0:
-        head = _as(ring, 2, np.int64)
-        row = 1 + head[0]
-        head[0] = head[0] + 1 if head[0] + 1 < head[1] else 0
-        entry = _as(ring + row * 32, 4, np.int64)
-        entry[RING_SEQ], entry[RING_WHO], entry[RING_BEGAN], entry[RING_ENDED] = \
-            seq, w[WHO], _clock(), 0
-    if w[LOAD_BYTES] > 0:
-        _copy(w[LOAD_DST], w[LOAD_SRC], w[LOAD_BYTES])
+        rows = _as(ring, 2, np.int64)[1]
+        table = carray(_pointer(ring), (rows + 1, 4), np.int64)
+        row = 1 + table[0, 0]
+        table[0, 0] = row if row < rows else 0
+        table[row, RING_SEQ], table[row, RING_WHO] = seq, w[WHO]
+        table[row, RING_BEGAN], table[row, RING_ENDED] = _clock(), 0
     call = calls[0]
     w[SEQ], w[CALL] = seq, call
     at = _run(w[PROGRAM], w[ROWS], 0, call, w[FINGERPRINT], seq, w[SPINS])
@@ -352,7 +348,7 @@ def start(words):
         return at + 1 if at >= 0 else at
     calls[0] = call + 1
     if ring != 0:
-        _as(ring + row * 32, 4, np.int64)[RING_ENDED] = _clock()
+        table[row, RING_ENDED] = _clock()
     return 0
 
 

@@ -245,6 +245,8 @@ class Persistent:
         self.shapes = (x.shape, None, None) if out is None else (x.shape, out.shape, out.dtype)
         self.averaged = work.reduced if self.op is Op.AVG else None   # where avg divides
         self.words = self._words(kind)
+        if self.words is not None:      # (the result is the bound buffer, the same each call)
+            self.result = work.finish()
         self._arm()
 
     def _words(self, kind: str):
@@ -273,7 +275,6 @@ class Persistent:
             words[mailbox.RING] = c.recorder.ring.ctypes.data
             words[mailbox.WHO] = c.recorder.register(self.sig, self.asked)
         c.know(*self.entry)
-        self.result = work.finish()
         return words
 
     def _arm(self) -> None:
@@ -310,7 +311,7 @@ class Persistent:
                 return
             if went != _NOT_STARTED:        # (the native start holds the call token)
                 try:
-                    self._start(c, False, went)
+                    self._went_on(c, went)
                 finally:
                     c.leave()
                 return
@@ -322,13 +323,8 @@ class Persistent:
         finally:
             c.leave()
 
-    def _start(self, c: Comm, blocking: bool = False, went: int | None = None) -> None:
-        """Start the call (the caller holds the call token); ``went``: the native start's
-        answer where it numbered the call and stopped (:func:`pyar.kernels.mailbox.start`),
-        to go on from."""
-        if went is not None:
-            self._went_on(c, went)
-            return
+    def _start(self, c: Comm, blocking: bool = False) -> None:
+        """Start the call (the caller holds the call token)."""
         if c.broken is not None:    # a peer's failure told meanwhile is raised first, once
             c.notice.receive(True)
             c.check_usable()
@@ -375,7 +371,8 @@ class Persistent:
 
     def _went_on(self, c: Comm, went: int) -> None:
         """Go on with the call that a native start numbered, recorded natively and ran up to
-        a row it stopped at (``went`` - 1), or at which it went wrong (``went`` < 0)."""
+        a row it stopped at (``went`` - 1), or at which it went wrong (``went`` < 0); the
+        native start left the call token taken, as the caller holds it."""
         words, program = self.words, self.engine.program
         self.seq = seq = words.item(mailbox.SEQ)
         call = words.item(mailbox.CALL)
@@ -517,7 +514,7 @@ class Persistent:
                 c = self.c
                 self.timeout = c.timeout
                 try:
-                    self._start(c, True, went)
+                    self._went_on(c, went)
                     result = self.wait()
                 finally:
                     c.leave()

@@ -473,22 +473,19 @@ def from_environment() -> None:
 def _fly(run: Run) -> None:
     """Put ``run`` in :data:`OPEN`."""
     OPEN.append(run)
-    FLIGHT[0] = _flying()
+    _flight()
 
 
 def _land(run: Run) -> None:
     """Take ``run`` out of :data:`OPEN`."""
     OPEN.remove(run)
-    FLIGHT[0] = _flying()
+    _flight()
 
 
 def _flight() -> None:
-    """:data:`FLIGHT` anew (a hook or the progress thread set or unset)."""
-    FLIGHT[0] = _flying()
-
-
-def _flying() -> int:
-    return len(OPEN) + (hook is not None) + (thread is not None)
+    """:data:`FLIGHT` anew (a run put in flight or out of it, a hook or the progress thread
+    set or unset)."""
+    FLIGHT[0] = len(OPEN) + (hook is not None) + (thread is not None)
 
 
 def quiet() -> bool:

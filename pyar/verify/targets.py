@@ -17,8 +17,9 @@ MPI_Init (a job per distinct setting):
   is one such call), so the default, silent, stays.
 - Open MPI: ``OMPI_MCA_coll_tuned_use_dynamic_rules=1`` and
   ``OMPI_MCA_coll_tuned_allreduce_algorithm=N`` (:data:`OPENMPI_ALGORITHMS`, Open MPI
-  5.0's numbering), which applies where Open MPI's tuned component serves the
-  communicator.
+  5.0's numbering, 1-6, as its ``ompi_info --param coll tuned --level 9`` lists them;
+  later versions add ``allgather_reduce``, 7, which 5.0 refuses and runs its own choice
+  instead), which applies where Open MPI's tuned component serves the communicator.
 
 Every rank checks that its setting arrived: the variable in its environment, and where the
 library's MPI_T reads it (MPICH's control variable, Open MPI's
@@ -41,8 +42,7 @@ MPICH_ENUM = ("auto", "nb", "smp", "recursive_doubling", "recursive_multiplying"
 MPICH_ALGORITHMS = tuple(a for a in MPICH_ENUM if a not in ("auto", "ccl"))
 OPENMPI_VARIABLE = "OMPI_MCA_coll_tuned_allreduce_algorithm"
 OPENMPI_ALGORITHMS = {"basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3,
-                      "ring": 4, "segmented_ring": 5, "rabenseifner": 6,
-                      "allgather_reduce": 7}
+                      "ring": 4, "segmented_ring": 5, "rabenseifner": 6}
 TORCH_BACKENDS = ("gloo", "mpi", "pyar", "nccl")
 LIBRARIES = {"mpich": "MPICH", "openmpi": "Open MPI"}
 

